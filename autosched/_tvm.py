@@ -1,0 +1,122 @@
+"""The one module that knows TVM's (moving) import paths and the two fixes it needs here.
+
+Everything else imports TVM pieces from here, so a TVM upgrade touches one file.
+"""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import os
+import sys
+from typing import Any
+
+
+def _fast_stack(context: int = 1) -> list[inspect.FrameInfo]:
+    """Cheap replacement for ``inspect.stack()``.
+
+    TVMScript calls ``inspect.stack()`` for every ``@T.prim_func``; the stdlib version costs
+    O(frames x sys.modules), which makes MetaSchedule's tensor-intrinsic import take a minute.
+    """
+    frame, out = sys._getframe(1), []
+    while frame is not None:
+        fn, ln = frame.f_code.co_filename, frame.f_lineno
+        line = linecache.getline(fn, ln)
+        out.append(
+            inspect.FrameInfo(frame, fn, ln, frame.f_code.co_name, [line] if line else None, 0 if line else None)
+        )
+        frame = frame.f_back
+    return out
+
+
+def install_fast_inspect() -> None:
+    """Install the fast ``inspect.stack`` (main process and every TVM worker process)."""
+    inspect.stack = _fast_stack
+
+
+install_fast_inspect()
+
+import tvm  # noqa: E402
+import tvm_ffi  # noqa: E402
+from tvm import relax, te, tirx, topi  # noqa: E402
+from tvm import s_tir  # noqa: E402
+from tvm.s_tir import meta_schedule as ms  # noqa: E402
+from tvm.support.popen_pool import PopenPoolExecutor  # noqa: E402
+from tvm.target import Target  # noqa: E402
+
+PrimFunc = tirx.PrimFunc
+IRModule = tvm.IRModule
+Schedule = s_tir.Schedule
+ScheduleError = s_tir.ScheduleError
+Trace = s_tir.Trace
+TVM_VERSION: str = tvm.__version__
+
+SAMPLE_KINDS = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocation")
+
+
+def structural_hash(obj: Any) -> int:
+    return int(tvm_ffi.structural_hash(obj))
+
+
+def structural_equal(a: Any, b: Any) -> bool:
+    return bool(tvm_ffi.structural_equal(a, b))
+
+
+def save_json(obj: Any) -> str:
+    return tvm.ir.save_json(obj)
+
+
+def load_json(text: str) -> Any:
+    return tvm.ir.load_json(text)
+
+
+def host_cpu() -> str:
+    """LLVM's name for this CPU (``-mcpu=native`` silently produces generic code in TVM 0.27)."""
+    return tvm.target.codegen.llvm_get_system_cpu()
+
+
+def as_python(obj: Any) -> Any:
+    """Turn TVM containers/immediates (as in ``Trace.as_json()``) into plain JSON-able Python."""
+    if isinstance(obj, (list, tuple)) or type(obj).__name__ == "Array":
+        return [as_python(x) for x in obj]
+    if isinstance(obj, dict) or type(obj).__name__ == "Map":
+        return {str(k): as_python(v) for k, v in obj.items()}
+    if isinstance(obj, tirx.IntImm):
+        return int(obj.value)
+    if isinstance(obj, tirx.FloatImm):
+        return float(obj.value)
+    if isinstance(obj, str):
+        return str(obj)
+    return obj
+
+
+def arg_specs(func: PrimFunc) -> list[tuple[tuple[int, ...], str]]:
+    """(shape, dtype) of every buffer argument of a PrimFunc."""
+    infos = ms.arg_info.ArgInfo.from_prim_func(func)
+    return [(tuple(int(d) for d in info.shape), str(info.dtype)) for info in infos]
+
+
+def estimate_flops(mod: IRModule) -> float:
+    return float(s_tir.analysis.estimate_tir_flops(mod))
+
+
+def set_num_threads(n_threads: int) -> None:
+    """Size TVM's CPU thread pool (call before the first kernel runs in this process)."""
+    os.environ["TVM_NUM_THREADS"] = str(n_threads)
+    tvm_ffi.get_global_func("runtime.config_threadpool")(1, n_threads)
+
+
+def num_threads() -> int:
+    return int(tvm_ffi.get_global_func("runtime.NumThreads")())
+
+
+def cpu_device() -> Any:
+    return tvm.cpu(0)
+
+
+__all__ = [
+    "IRModule", "PrimFunc", "PopenPoolExecutor", "SAMPLE_KINDS", "Schedule", "ScheduleError", "TVM_VERSION",
+    "Target", "Trace", "arg_specs", "as_python", "cpu_device", "estimate_flops", "host_cpu",
+    "install_fast_inspect", "load_json", "ms", "num_threads", "relax", "s_tir", "save_json", "set_num_threads",
+    "structural_equal", "structural_hash", "te", "tirx", "topi", "tvm", "tvm_ffi",
+]

@@ -1,0 +1,13 @@
+"""Re-apply stored schedules: a record's trace replayed on its task's PrimFunc."""
+
+from __future__ import annotations
+
+from autosched._tvm import IRModule, Schedule, Trace
+from autosched.records import TuningRecord
+
+
+def schedule_from_record(mod: IRModule, record: TuningRecord) -> Schedule:
+    """Replay the record's full trace (postprocessors included) on a fresh schedule of ``mod``."""
+    sch = Schedule(mod, error_render_level="none")
+    Trace.apply_json_to_schedule(record.trace_json, sch)
+    return sch

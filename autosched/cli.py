@@ -1,0 +1,79 @@
+"""Command line: ``autosched tune | show | export | import``. The CLI owns all output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from autosched.errors import AutoschedError, UserInputError
+
+EXIT_USER_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, like every other user error
+        raise UserInputError(f"{message} (see autosched {self.prog.split()[-1]} --help)")
+
+
+def _add_tune(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tune", help="tune one tensor operator and store every measurement in a database")
+    p.add_argument("--op", required=True, help="catalog operator: matmul, batch_matmul, dense, conv2d, ...")
+    p.add_argument("--shape", required=True, help="comma-separated sizes, e.g. 512,512,512")
+    p.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, a TVM tag, or a JSON dict")
+    p.add_argument("--trials", type=int, help="measured candidates per task, earlier runs included (64)")
+    p.add_argument("--db", default="tuning_logs/autosched.db", help="SQLite path or SQLAlchemy URL")
+    p.add_argument("--sampler", help="tpe (default), random, cmaes, gp, nsga2")
+    p.add_argument("--seed", type=int, help="seed of the sampler, design spaces and inputs (0)")
+    p.add_argument("--threads", type=int, help="CPU threads of the measured kernels (default: all cores)")
+    p.add_argument("--batch", type=int, help="candidates built in parallel per round (8)")
+    p.add_argument("--config", help="TOML file with [tune] defaults; flags override it")
+    p.add_argument("--no-baseline", action="store_true", help="skip measuring the untuned operator")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="autosched", description="Search-based auto-scheduler and autotuner on TVM.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what the library does")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_tune(sub)
+    p = sub.add_parser("show", help="best record per task in a database")
+    p.add_argument("--db", required=True)
+    p = sub.add_parser("export", help="write a database's tasks and records as JSON lines")
+    p.add_argument("--db", required=True)
+    p.add_argument("-o", "--output", required=True)
+    p = sub.add_parser("import", help="add tasks and records from a JSON-lines export to a database")
+    p.add_argument("file")
+    p.add_argument("--db", required=True)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    try:
+        args = build_parser().parse_args(argv)
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                            format="%(levelname)s %(name)s: %(message)s")
+        from autosched import commands
+
+        return getattr(commands, f"cmd_{args.command}")(args)
+    except UserInputError as e:
+        err.print(f"autosched: error: {e}", style="red", highlight=False, soft_wrap=True)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        err.print("autosched: interrupted; every fully measured candidate is in the database")
+        return 130
+    except AutoschedError as e:
+        err.print(f"autosched: error: {e}", style="red", highlight=False, soft_wrap=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["main", "build_parser", "json", "Path"]

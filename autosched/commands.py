@@ -1,0 +1,147 @@
+"""What each CLI command does (argument parsing lives in cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from autosched.config import TuneConfig
+from autosched.errors import UserInputError
+
+_WIDTH = shutil.get_terminal_size((140, 24)).columns
+out = Console(highlight=False, width=_WIDTH)
+err = Console(stderr=True, highlight=False, width=_WIDTH)
+
+
+def _fmt_s(seconds: float) -> str:
+    if seconds == float("inf") or seconds != seconds:
+        return "-"
+    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.1f} us"
+
+
+def _gflops(flops: float, seconds: float) -> str:
+    return f"{flops / seconds / 1e9:.1f}" if 0 < seconds < float("inf") else "-"
+
+
+def _config(args: argparse.Namespace) -> TuneConfig:
+    base = TuneConfig.from_toml(args.config) if getattr(args, "config", None) else TuneConfig()
+    cfg = base.replace(n_trials=args.trials, sampler=args.sampler, seed=args.seed, n_threads=args.threads,
+                       batch_size=args.batch)
+    for name in ("n_trials", "batch_size"):
+        if getattr(cfg, name) < 1:
+            raise UserInputError(f"--{name.split('_')[1] if name == 'n_trials' else 'batch'} must be at least 1")
+    if cfg.n_threads < 0:
+        raise UserInputError("--threads must be at least 1")
+    return cfg
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from autosched.db import open_database
+    from autosched.search.optuna_strategy import SAMPLERS
+    from autosched.spaces.settings import settings_for
+    from autosched.tasks import make_target, op_task
+    from autosched.workloads import get_workload, parse_shape
+
+    # Validate everything before the database is opened or created: bad input leaves it untouched.
+    cfg = _config(args)
+    workload = get_workload(args.op)
+    shape = parse_shape(args.shape)
+    workload.normalise(shape)
+    if cfg.sampler not in SAMPLERS:
+        from autosched.errors import UnknownNameError
+
+        raise UnknownNameError("sampler", cfg.sampler, list(SAMPLERS))
+    target = make_target(args.target, cfg.threads)
+    if target.kind.name != "llvm":
+        raise UserInputError(f"measuring on {target.kind.name} needs that device; this command measures on llvm (CPU)")
+    task = op_task(args.op, shape, target, settings_for(target).version)
+    db = open_database(args.db)
+
+    from autosched.session import TuningSession
+
+    with TuningSession(cfg, task.target_json) as session:
+        baseline = None if args.no_baseline else session.measure_unscheduled(task)
+        done_before = db.n_measured(task.key)
+        if done_before:
+            err.print(f"resuming {task.name}: {done_before} of {cfg.n_trials} trials already in {args.db}")
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("best {task.fields[best]} GFLOPS"), TimeElapsedColumn(),
+                      TextColumn("left ~{task.fields[eta]}"), console=err, transient=False) as bar:
+            bar_id = bar.add_task(task.name, total=cfg.n_trials, completed=done_before, best="-", eta="?")
+
+            def on_progress(p) -> None:
+                eta = f"{p.eta_s:.0f}s" if p.eta_s == p.eta_s else "?"
+                bar.update(bar_id, completed=p.n_done, best=f"{p.best_gflops:.1f}", eta=eta)
+
+            result = session.tune(task, db, on_progress)
+    _print_tune_table(task, result, baseline, args.db)
+    db.close()
+    return 0
+
+
+def _print_tune_table(task, result, baseline, db_path: str) -> None:
+    from autosched.records import Status
+
+    table = Table(title=f"autosched tune: {task.name} on {task.target.kind.name} ({task.target.attrs.get('mcpu', '')})")
+    for col in ("task", "trials", "ok (this run)", "failed", "best latency", "GFLOPS", "untuned", "speedup",
+                "s/trial"):
+        table.add_column(col, justify="right" if col != "task" else "left")
+    ok = result.status_counts[Status.OK]
+    failed = sum(v for k, v in result.status_counts.items() if k not in (Status.OK, Status.INVALID))
+    base_s = baseline.latency_s if baseline is not None else float("inf")
+    speedup = f"{base_s / result.best_latency_s:.1f}x" if base_s < float("inf") and result.best else "-"
+    table.add_row(task.name, f"{result.n_measured}", f"{ok}", f"{failed}", _fmt_s(result.best_latency_s),
+                  _gflops(task.flops, result.best_latency_s), _fmt_s(base_s), speedup,
+                  f"{result.s_per_trial:.2f}" if result.n_new else "-")
+    out.print(table)
+    out.print(f"database: {db_path}  (this run: {result.n_new} new measurements in {result.elapsed_s:.0f} s)")
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from autosched.db import open_database
+    from autosched.records import Status
+
+    db = open_database(args.db, create=False)
+    table = Table(title=f"autosched show: {args.db}")
+    for col in ("task", "target", "trials", "ok", "failed", "rejected", "best latency", "GFLOPS", "key"):
+        table.add_column(col, justify="left" if col in ("task", "target", "key") else "right")
+    for t in db.tasks():
+        recs = db.records(t.task_key)
+        best = db.best(t.task_key)
+        target = json.loads(t.target)
+        n_ok = sum(r.status is Status.OK for r in recs)
+        n_rej = sum(r.status is Status.INVALID for r in recs)
+        table.add_row(t.name, f"{target.get('kind')} {target.get('mcpu', '')} x{target.get('num-cores', '')}",
+                      str(len(recs) - n_rej), str(n_ok), str(len(recs) - n_rej - n_ok), str(n_rej),
+                      _fmt_s(best.latency_s if best else float("inf")),
+                      _gflops(t.flops, best.latency_s if best else float("inf")), t.task_key)
+    out.print(table)
+    db.close()
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from autosched.db import open_database
+    from autosched.db.transfer import export_jsonl
+
+    db = open_database(args.db, create=False)
+    n_tasks, n_records = export_jsonl(db, Path(args.output))
+    out.print(f"exported {n_tasks} tasks and {n_records} records to {args.output}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from autosched.db import open_database
+    from autosched.db.transfer import import_jsonl, read_jsonl
+
+    tasks, records = read_jsonl(Path(args.file))  # fully validated before the database is opened
+    db = open_database(args.db)
+    n_tasks, n_records = import_jsonl(db, tasks, records)
+    out.print(f"imported {n_tasks} new tasks and {n_records} new records into {args.db}")
+    return 0

@@ -1,0 +1,49 @@
+"""Tuning configuration: one frozen dataclass with documented defaults; a TOML file and CLI flags override."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autosched.errors import UserInputError
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    n_trials: int = 64  # measured candidates per task (total, including earlier runs on the same database)
+    batch_size: int = 8  # candidates proposed, built in parallel, then measured one by one
+    sampler: str = "tpe"  # tpe | random | cmaes | gp | nsga2
+    seed: int = 0  # drives the sampler, the design spaces and the random inputs
+    n_threads: int = 0  # CPU threads of the measured kernels; 0 = all cores
+    n_build_workers: int = 0  # 0 = all cores
+    build_timeout_s: float = 60.0
+    run_timeout_s: float = 30.0
+    repeat: int = 3  # timed repeats per candidate (median reported)
+    min_repeat_ms: int = 40  # each repeat runs the kernel until this much time has passed
+    rtol: float = 1e-3  # output check against the reference
+    atol: float = 1e-4  # relative to the largest reference value
+
+    @property
+    def threads(self) -> int:
+        return self.n_threads or os.cpu_count() or 1
+
+    def replace(self, **changes: Any) -> TuneConfig:
+        changes = {k: v for k, v in changes.items() if v is not None}
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> TuneConfig:
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as err:
+            raise UserInputError(f"cannot read config {path}: {err}") from err
+        table = raw.get("tune", raw)
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(table) - names)
+        if unknown:
+            raise UserInputError(f"config {path}: unknown keys {unknown}; valid keys: {sorted(names)}")
+        return cls(**table)

@@ -1,0 +1,65 @@
+"""JSON-lines export/import of a database's tasks and records, for shipping tuning results."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from autosched.db.base import SCHEMA_VERSION, Database, TaskRow
+from autosched.errors import UserInputError
+from autosched.records import TuningRecord
+
+FORMAT = "autosched-export"
+
+
+def export_jsonl(db: Database, path: Path) -> tuple[int, int]:
+    tasks, records = db.tasks(), db.records()
+    try:
+        with open(path, "w") as f:
+            f.write(json.dumps({"format": FORMAT, "schema_version": SCHEMA_VERSION}) + "\n")
+            for t in tasks:
+                f.write(json.dumps({"task": asdict(t)}) + "\n")
+            for r in records:
+                f.write(json.dumps({"record": r.to_json()}) + "\n")
+    except OSError as err:
+        raise UserInputError(f"cannot write {path} ({err.strerror}): pick another -o path") from err
+    return len(tasks), len(records)
+
+
+def read_jsonl(path: Path) -> tuple[list[TaskRow], list[TuningRecord]]:
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserInputError(f"cannot read {path}: {err}") from err
+    try:
+        header = json.loads(lines[0]) if lines else {}
+        if header.get("format") != FORMAT:
+            raise ValueError("missing header")
+        if header.get("schema_version") != SCHEMA_VERSION:
+            raise UserInputError(f"{path} has schema version {header.get('schema_version')}, "
+                                 f"this autosched reads {SCHEMA_VERSION}")
+        tasks, records = [], []
+        for line in lines[1:]:
+            item = json.loads(line)
+            if "task" in item:
+                tasks.append(TaskRow(**item["task"]))
+            else:
+                records.append(TuningRecord.from_json(item["record"]))
+    except (ValueError, KeyError, TypeError) as err:
+        raise UserInputError(f"{path} is not an autosched export (autosched export -o FILE makes one): {err}") from err
+    known = {t.task_key for t in tasks}
+    orphans = {r.task_key for r in records} - known
+    if orphans:
+        raise UserInputError(f"{path} has records of tasks it does not contain: {sorted(orphans)[:3]}")
+    return tasks, records
+
+
+def import_jsonl(db: Database, tasks: list[TaskRow], records: list[TuningRecord]) -> tuple[int, int]:
+    existing_tasks = {t.task_key for t in db.tasks()}
+    for t in tasks:
+        db.commit_task(t)
+    have = {(r.task_key, json.dumps(r.decisions), r.created_at) for r in db.records()}
+    new = [r for r in records if (r.task_key, json.dumps(r.decisions), r.created_at) not in have]
+    db.commit(new)
+    return len({t.task_key for t in tasks} - existing_tasks), len(new)

@@ -1,0 +1,130 @@
+"""Local builder and runner: persistent isolated worker processes with timeouts.
+
+Workers stay alive between candidates (a compile costs 0.05-0.2 s, a worker start ~2-5 s); a candidate
+that crashes or hangs kills its worker, is recorded with its status, and the next call starts a new one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from concurrent.futures import Future
+
+from autosched._tvm import PopenPoolExecutor
+from autosched.measure import worker
+from autosched.measure.base import Builder, Runner, TaskIO
+from autosched.records import BuildResult, Candidate, MeasureResult, Status
+
+log = logging.getLogger("autosched.measure")
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    tail = [t for t in text if t.strip()][-1:] or [type(err).__name__]
+    return f"{type(err).__name__}: {tail[0][:300]}"
+
+
+class _Pool:
+    """A PopenPoolExecutor that is started (and restarted) outside any candidate's timeout."""
+
+    def __init__(self, n_workers: int, timeout_s: float, n_threads: int | None = None):
+        self.n_workers, self.timeout_s, self.n_threads = n_workers, timeout_s, n_threads
+        self._pool: PopenPoolExecutor | None = None
+
+    def _fresh(self) -> PopenPoolExecutor:
+        pool = PopenPoolExecutor(max_workers=self.n_workers, timeout=self.timeout_s,
+                                 initializer=worker.init_worker, initargs=(self.n_threads,))
+        list(pool.map_with_error_catching(lambda _: worker.ping(), range(self.n_workers)))
+        return pool
+
+    def submit(self, fn, *args) -> Future:
+        if self._pool is None:
+            self._pool = self._fresh()
+        return self._pool.submit(fn, *args)
+
+    def reset(self) -> None:
+        """After a crash or timeout: start the next batch with warm workers."""
+        self.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+
+class LocalBuilder(Builder):
+    def __init__(self, target_json: str, n_workers: int | None = None, timeout_s: float = 60.0,
+                 work_dir: str | None = None):
+        self.target_json = target_json
+        self._pool = _Pool(n_workers or os.cpu_count() or 1, timeout_s)
+        self._tmp = tempfile.TemporaryDirectory(prefix="autosched-build-") if work_dir is None else None
+        self.work_dir = work_dir or self._tmp.name
+        self._count = 0
+
+    def build(self, candidates: list[Candidate]) -> list[BuildResult]:
+        jobs = []
+        for cand in candidates:
+            self._count += 1
+            path = os.path.join(self.work_dir, f"cand{self._count}.so")
+            jobs.append((cand, path, self._pool.submit(worker.build, cand.mod_json, self.target_json, path)))
+        out, broken = [], False
+        for cand, path, fut in jobs:
+            try:
+                out.append(BuildResult(cand, path, build_s=fut.result()))
+            except TimeoutError:
+                broken = True
+                out.append(BuildResult(cand, None, "build timed out", Status.TIMEOUT))
+            except Exception as err:  # noqa: BLE001 - any failure is this candidate's result
+                broken |= isinstance(err, ChildProcessError)
+                out.append(BuildResult(cand, None, _one_line(err), Status.BUILD_ERROR))
+        if broken:
+            self._pool.reset()
+        return out
+
+    def close(self) -> None:
+        self._pool.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+class LocalRunner(Runner):
+    """Runs one candidate at a time (so timings do not compete), checked against the reference first."""
+
+    def __init__(self, n_threads: int | None = None, timeout_s: float = 30.0, repeat: int = 3,
+                 min_repeat_ms: int = 40, rtol: float = 1e-3, atol: float = 1e-4, device: str = "cpu"):
+        self.repeat, self.min_repeat_ms, self.rtol, self.atol, self.device = repeat, min_repeat_ms, rtol, atol, device
+        self._pool = _Pool(1, timeout_s, n_threads)
+
+    def run(self, builds: list[BuildResult], io: TaskIO) -> list[MeasureResult]:
+        return [self._run_one(b, io) for b in builds]
+
+    def _run_one(self, b: BuildResult, io: TaskIO) -> MeasureResult:
+        if b.status is not Status.OK:
+            return MeasureResult(b.status, error=b.error, build_s=b.build_s)
+        start = time.perf_counter()
+        try:
+            res = self._pool.submit(worker.run, b.artifact_path, io.io_path, io.n_outputs, self.device,
+                                    self.repeat, self.min_repeat_ms, self.rtol, self.atol).result()
+            status, lat, err = Status(res["status"]), res["latencies_s"], res["error"]
+        except TimeoutError:
+            self._pool.reset()
+            status, lat, err = Status.TIMEOUT, [], f"run timed out after {self._pool.timeout_s:g} s"
+        except Exception as e:  # noqa: BLE001 - a crash is this candidate's result
+            if isinstance(e, ChildProcessError):
+                self._pool.reset()
+            status, lat, err = Status.RUN_ERROR, [], _one_line(e)
+        finally:
+            if b.artifact_path and os.path.exists(b.artifact_path):
+                os.remove(b.artifact_path)
+        return MeasureResult(status, lat, err, build_s=b.build_s, run_s=time.perf_counter() - start)
+
+    def reference_outputs(self, lib_path: str, io: TaskIO) -> list:
+        """Run an (unscheduled) library once and return its outputs, to serve as the reference."""
+        res = self._pool.submit(worker.run, lib_path, io.io_path, io.n_outputs, self.device,
+                                1, 0, 0.0, 0.0, False).result()
+        return res["outputs"]
+
+    def close(self) -> None:
+        self._pool.close()

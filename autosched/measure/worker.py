@@ -1,0 +1,91 @@
+"""Functions that run inside the isolated worker processes (TVM's PopenPoolExecutor).
+
+Kept free of autosched's heavier imports: a worker needs TVM, numpy and this file only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+_NPZ_CACHE: dict[str, dict[str, Any]] = {}
+
+
+def init_worker(n_threads: int | None) -> None:
+    """Worker initializer: the inspect fix, then the CPU thread-pool size (before any kernel runs)."""
+    from autosched._tvm import install_fast_inspect
+
+    install_fast_inspect()
+    if n_threads:
+        os.environ["TVM_NUM_THREADS"] = str(n_threads)
+        import tvm_ffi
+
+        tvm_ffi.get_global_func("runtime.config_threadpool")(1, n_threads)
+
+
+def build(mod_json: str, target_json: str, out_path: str) -> float:
+    """Compile a scheduled IRModule for the target and export it as a shared library. Returns seconds."""
+    import json
+
+    import tvm
+    from tvm.target import Target
+
+    start = time.perf_counter()
+    mod = tvm.ir.load_json(mod_json)
+    executable = tvm.compile(mod, target=Target(json.loads(target_json)))
+    executable.export_library(out_path)
+    return time.perf_counter() - start
+
+
+def _load_io(path: str) -> dict[str, Any]:
+    if path not in _NPZ_CACHE:
+        import numpy as np
+
+        with np.load(path) as data:
+            _NPZ_CACHE[path] = {k: data[k] for k in data.files}
+    return _NPZ_CACHE[path]
+
+
+def run(
+    lib_path: str,
+    io_path: str,
+    n_outputs: int,
+    device: str,
+    repeat: int,
+    min_repeat_ms: int,
+    rtol: float,
+    atol: float,
+    check: bool = True,
+) -> dict[str, Any]:
+    """Load a library, check its outputs against the reference in ``io_path``, then time it.
+
+    Returns {"status": "OK"|"WRONG_RESULT", "latencies_s": [...], "error": str|None, "outputs": optional}.
+    """
+    import numpy as np
+    import tvm
+
+    dev = tvm.device(device, 0)
+    io = _load_io(io_path)
+    lib = tvm.runtime.load_module(lib_path)
+    inputs = [tvm.runtime.tensor(io[f"in{i}"], dev) for i in range(sum(k.startswith("in") for k in io))]
+    outs = [tvm.runtime.tensor(np.zeros(io[f"shape_out{i}"], io[f"dtype_out{i}"].item()), dev) for i in range(n_outputs)]
+    lib["main"](*inputs, *outs)
+    dev.sync()
+    if not check:
+        return {"status": "OK", "latencies_s": [], "error": None, "outputs": [o.numpy() for o in outs]}
+    for i, out in enumerate(outs):
+        got, want = out.numpy(), io[f"out{i}"]
+        scale = float(np.abs(want).max()) if want.size else 1.0
+        if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=atol * max(scale, 1.0)):
+            bad = float(np.nanmax(np.abs(got - want))) if got.shape == want.shape else float("nan")
+            return {"status": "WRONG_RESULT", "latencies_s": [], "error": f"output {i} differs: max|err|={bad:.3g}"}
+    timer = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms, cooldown_interval_ms=0)
+    return {"status": "OK", "latencies_s": list(timer(*inputs, *outs).results), "error": None}
+
+
+def ping() -> int:
+    """Warm-up call: pays the worker's start (interpreter + TVM import) outside any candidate's timeout."""
+    import tvm  # noqa: F401
+
+    return os.getpid()

@@ -1,0 +1,182 @@
+"""Optuna ask/tell over a SearchSpace. One study per (task, target), stored beside the tuning records.
+
+How each outcome reaches the sampler (pinned by tests/search/test_optuna_strategy.py):
+- measured OK            -> COMPLETE with value = median latency in seconds (minimised)
+- measured, but failed   -> PRUNED, user_attr status, constraint violated (TPE/NSGA-II/GP learn to avoid it)
+- rejected before build  -> PRUNED, status INVALID, constraint violated; never a measurement
+- same schedule again    -> told the value already measured for it (no new measurement, no new record)
+- our own crash / Ctrl-C -> FAIL
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.trial import Trial, TrialState
+
+from autosched._tvm import as_python, save_json
+from autosched.errors import InvalidConfig, UnknownNameError, UserInputError
+from autosched.records import Candidate, MeasureResult, Status
+from autosched.search.base import SearchStrategy
+from autosched.spaces.base import SearchSpace
+
+log = logging.getLogger("autosched.search")
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+STATUS_ATTR = "status"
+
+
+CONSTRAINT = "measured_ok"
+
+
+def mark_outcome(trial: Trial, status: Status, error: str | None = None) -> None:
+    """Status as a user attribute and as an Optuna constraint (<= 0 feasible): failures violate it."""
+    trial.set_user_attr(STATUS_ATTR, status.value)
+    trial.set_constraint(CONSTRAINT, 0.0 if status is Status.OK else 1.0)
+    if error:
+        trial.set_user_attr("error", error[:500])
+
+
+def _tpe(seed: int) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True,
+                                      n_startup_trials=10)
+
+
+def _gp(seed: int) -> optuna.samplers.BaseSampler:
+    try:
+        import torch  # noqa: F401
+    except ImportError as err:
+        raise UserInputError("the gp sampler needs PyTorch: pip install 'autosched[torch]'") from err
+    return optuna.samplers.GPSampler(seed=seed)
+
+
+SAMPLERS: dict[str, Callable[[int], optuna.samplers.BaseSampler]] = {
+    "tpe": _tpe,
+    "random": lambda seed: optuna.samplers.RandomSampler(seed=seed),
+    "cmaes": lambda seed: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
+    "gp": _gp,
+    "nsga2": lambda seed: optuna.samplers.NSGAIISampler(seed=seed),
+}
+
+
+def create_sampler(name: str | optuna.samplers.BaseSampler, seed: int) -> optuna.samplers.BaseSampler:
+    if isinstance(name, optuna.samplers.BaseSampler):
+        return name
+    if name not in SAMPLERS:
+        raise UnknownNameError("sampler", name, list(SAMPLERS))
+    return SAMPLERS[name](seed)
+
+
+class OptunaStrategy(SearchStrategy):
+    def __init__(self, space: SearchSpace, task_key: str, storage: Any, sampler: str | optuna.samplers.BaseSampler
+                 = "tpe", seed: int = 0, seen: dict[str, MeasureResult] | None = None, max_tries_per_ask: int = 16):
+        self.space, self.task_key = space, task_key
+        self.study = optuna.create_study(study_name=f"autosched-{task_key}", storage=storage,
+                                         sampler=create_sampler(sampler, seed), direction="minimize",
+                                         load_if_exists=True)
+        self._fail_stale_trials()
+        self._seen: dict[str, MeasureResult] = dict(seen or {})  # dedup key -> result of that schedule
+        self._pending: dict[str, Trial] = {}
+        self._rejected: list[Candidate] = []
+        self.max_tries_per_ask = max_tries_per_ask
+        self.exhausted = False
+
+    def _fail_stale_trials(self) -> None:
+        """Trials left RUNNING by an interrupted run are our own failure, not measurements."""
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            self.study.tell(t.number, state=TrialState.FAIL)
+
+    def _suggest(self, trial: Trial) -> dict[str, Any]:
+        knobs = self.space.knobs()
+        params: dict[str, Any] = {}
+        design_dist = knobs.get("design")
+        design = None
+        if isinstance(design_dist, CategoricalDistribution):
+            design = trial.suggest_categorical("design", list(design_dist.choices))
+            params["design"] = design
+            knobs = self.space.knobs(design)
+        for name, dist in knobs.items():
+            if isinstance(dist, IntDistribution):
+                params[name] = trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+            elif isinstance(dist, CategoricalDistribution):
+                params[name] = trial.suggest_categorical(name, list(dist.choices))
+            else:
+                params[name] = trial._suggest(name, dist)
+        return params
+
+    def ask(self, n: int) -> list[Candidate]:
+        out: list[Candidate] = []
+        tries = 0
+        while len(out) < n and tries < self.max_tries_per_ask * n:
+            if len(self._seen) + len(self._pending) >= self.space.size():
+                break  # every distinct setting has been proposed
+            tries += 1
+            trial = self.study.ask()
+            params = self._suggest(trial)
+            try:
+                sch = self.space.apply(params)
+            except InvalidConfig as err:
+                self._reject(trial, params, str(err))
+                continue
+            cand = Candidate(self.task_key, params, decisions=self.space.effective_decisions(sch),
+                             trial_number=trial.number)
+            key = cand.dedup_key()
+            if key in self._seen or key in self._pending or any(c.dedup_key() == key for c in out):
+                self._tell_duplicate(trial, key)
+                continue
+            cand.trace_json = as_python(sch.trace.as_json(remove_postproc=False))
+            cand.mod_json = save_json(sch.mod)
+            self._pending[key] = trial
+            out.append(cand)
+        self.exhausted = len(out) < n
+        return out
+
+    def _reject(self, trial: Trial, params: dict[str, Any], reason: str) -> None:
+        mark_outcome(trial, Status.INVALID, reason)
+        self.study.tell(trial, state=TrialState.PRUNED)
+        self._rejected.append(Candidate(self.task_key, params, trial_number=trial.number, invalid_reason=reason))
+
+    def _tell_duplicate(self, trial: Trial, key: str) -> None:
+        prior = self._seen.get(key)
+        trial.set_user_attr("duplicate", True)
+        if prior is None:  # the same schedule is being measured right now
+            self.study.tell(trial, state=TrialState.FAIL)
+        else:
+            self._tell_result(trial, prior)
+
+    def tell(self, candidates: list[Candidate], results: list[MeasureResult]) -> None:
+        for cand, res in zip(candidates, results, strict=True):
+            key = cand.dedup_key()
+            trial = self._pending.pop(key)
+            self._seen[key] = res
+            self._tell_result(trial, res)
+
+    def _tell_result(self, trial: Trial, res: MeasureResult) -> None:
+        mark_outcome(trial, res.status, res.error)
+        if res.ok:
+            self.study.tell(trial, res.latency_s)
+        else:
+            self.study.tell(trial, state=TrialState.PRUNED)
+
+    def abandon(self, candidates: list[Candidate]) -> None:
+        for cand in candidates:
+            trial = self._pending.pop(cand.dedup_key(), None)
+            if trial is not None:
+                self.study.tell(trial, state=TrialState.FAIL)
+
+    def drain_rejected(self) -> list[Candidate]:
+        out, self._rejected = self._rejected, []
+        return out
+
+
+def seen_from_records(records: list) -> dict[str, MeasureResult]:
+    """Rebuild the dedup cache from a task's stored records (resuming a run)."""
+    return {json.dumps(r.decisions, sort_keys=True): MeasureResult(r.status, list(r.latencies_s), r.error)
+            for r in records if r.status is not Status.INVALID}

@@ -1,0 +1,97 @@
+"""A tuning session: real builder and runner, reference data, and the tune loop for a list of tasks."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+
+import numpy as np
+
+from autosched._tvm import save_json
+from autosched.config import TuneConfig
+from autosched.db import Database, TaskRow
+from autosched.measure.base import Builder, Runner, TaskIO
+from autosched.measure.local import LocalBuilder, LocalRunner
+from autosched.records import Candidate, MeasureResult, Status
+from autosched.search.optuna_strategy import OptunaStrategy, seen_from_records
+from autosched.spaces.settings import settings_for
+from autosched.spaces.trace_space import TraceSearchSpace
+from autosched.tasks import Task
+from autosched.tune import TuneProgress, TuneResult, tune_task
+
+log = logging.getLogger("autosched.session")
+
+
+class TuningSession:
+    """Owns the worker processes and the scratch folder; use as a context manager."""
+
+    def __init__(self, config: TuneConfig, target_json: str, builder: Builder | None = None,
+                 runner: Runner | None = None):
+        self.config = config
+        self._tmp = tempfile.TemporaryDirectory(prefix="autosched-")
+        self.builder = builder or LocalBuilder(target_json, config.n_build_workers or None, config.build_timeout_s,
+                                               work_dir=self._tmp.name)
+        self.runner = runner or LocalRunner(config.threads, config.run_timeout_s, config.repeat,
+                                            config.min_repeat_ms, config.rtol, config.atol)
+
+    def __enter__(self) -> TuningSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.builder.close()
+        self.runner.close()
+        self._tmp.cleanup()
+
+    # --- reference data ------------------------------------------------------------------------------------
+    def prepare_io(self, task: Task) -> TaskIO:
+        """Random inputs and reference outputs for a task, in a .npz the runner workers load once."""
+        path = os.path.join(self._tmp.name, f"io-{task.key}.npz")
+        if os.path.exists(path):
+            return TaskIO(path, task.n_outputs)
+        inputs = task.random_inputs(self.config.seed)
+        out_specs = task.arg_specs()[-task.n_outputs:]
+        arrays = {f"in{i}": x for i, x in enumerate(inputs)}
+        for i, (shape, dtype) in enumerate(out_specs):
+            arrays[f"shape_out{i}"], arrays[f"dtype_out{i}"] = np.array(shape, "int64"), np.array(dtype)
+        io = TaskIO(path, task.n_outputs)
+        if task.reference is not None:
+            outputs = task.reference(inputs)
+        else:
+            np.savez(path, **arrays)
+            outputs = self._unscheduled_outputs(task, io)
+        arrays.update({f"out{i}": np.asarray(o) for i, o in enumerate(outputs)})
+        np.savez(path, **arrays)
+        return io
+
+    def _unscheduled_outputs(self, task: Task, io: TaskIO) -> list[np.ndarray]:
+        (build,) = self.builder.build([Candidate(task.key, {}, mod_json=save_json(task.mod))])
+        if build.status is not Status.OK:
+            raise RuntimeError(f"the unscheduled {task.name} does not build: {build.error}")
+        return self.runner.reference_outputs(build.artifact_path, io)
+
+    def measure_unscheduled(self, task: Task) -> MeasureResult:
+        """TVM's default build of the task, measured like any candidate (the 'untuned' baseline)."""
+        io = self.prepare_io(task)
+        return self.runner.run(self.builder.build([Candidate(task.key, {}, mod_json=save_json(task.mod))]), io)[0]
+
+    # --- tuning --------------------------------------------------------------------------------------------
+    def tune(self, task: Task, db: Database, on_progress: Callable[[TuneProgress], None] | None = None,
+             strategy: OptunaStrategy | None = None) -> TuneResult:
+        cfg = self.config
+        db.commit_task(TaskRow(task.key, task.name, task.target_json, task.space_version, save_json(task.mod),
+                               task.flops, task.info))
+        if strategy is None:
+            space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=cfg.seed)
+            strategy = OptunaStrategy(space, task.key, db.optuna_storage(), cfg.sampler, cfg.seed,
+                                      seen=seen_from_records(db.records(task.key)))
+        return tune_task(task, strategy, self.builder, self.runner, db, self.prepare_io(task), cfg.n_trials,
+                         cfg.batch_size, on_progress)
+
+
+def unscheduled_result(session: TuningSession, task: Task) -> MeasureResult:
+    return session.measure_unscheduled(task)

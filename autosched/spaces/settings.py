@@ -1,0 +1,94 @@
+"""Search-space settings per target family, read from ``search_spaces/*.toml``."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autosched._tvm import Target, ms
+from autosched.errors import IncompatibleArtefactError, UserInputError
+from autosched.paths import data_dir
+
+SUPPORTED_ENCODINGS = {
+    "tile": {"divisor_index"},
+    "categorical": {"ordinal_index"},
+    "compute_location": {"ordinal"},
+    "design": {"categorical"},
+}
+
+
+@dataclass(frozen=True)
+class SpaceSettings:
+    name: str  # file stem, e.g. "cpu"
+    version: int
+    target_kinds: tuple[str, ...]
+    rules: Any  # "from-target" or a list of rule tables
+    postprocs: tuple[str, ...]
+    knobs: dict[str, str]
+    limits: dict[str, int] = field(default_factory=dict)
+
+    def schedule_rules(self) -> Any:
+        if self.rules == "from-target":
+            return "from-target"
+        return [_make_rule(dict(r)) for r in self.rules]
+
+    def make_postprocs(self) -> list:
+        return [getattr(ms.postproc, name)() for name in self.postprocs]
+
+
+def _make_rule(table: dict[str, Any]) -> Any:
+    sr = ms.schedule_rule
+    name = table.pop("name")
+    if name == "multi_level_tiling":
+        for key in ("reuse_read", "reuse_write"):
+            if key in table:
+                table[key] = sr.ReuseType(**table[key])
+    makers = {
+        "apply_custom_rule": sr.ApplyCustomRule,
+        "inline_constant_scalars": sr.InlineConstantScalars,
+        "auto_inline": sr.AutoInline,
+        "add_rfactor": sr.AddRFactor,
+        "multi_level_tiling": sr.MultiLevelTiling,
+        "parallel_vectorize_unroll": sr.ParallelizeVectorizeUnroll,
+        "random_compute_location": sr.RandomComputeLocation,
+        "cross_thread_reduction": sr.CrossThreadReduction,
+        "auto_bind": sr.AutoBind,
+    }
+    if name not in makers:
+        raise IncompatibleArtefactError(f"search space rule {name!r} is unknown; valid: {', '.join(sorted(makers))}")
+    return makers[name](**table)
+
+
+def load_settings(path: Path) -> SpaceSettings:
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise UserInputError(f"cannot read search space {path}: {err}") from err
+    knobs = dict(raw.get("knobs", {}))
+    for kind, encoding in knobs.items():
+        if encoding not in SUPPORTED_ENCODINGS.get(kind, ()):
+            raise IncompatibleArtefactError(
+                f"{path.name}: knob encoding {kind}={encoding!r} is not supported by this autosched; "
+                f"use one of {sorted(SUPPORTED_ENCODINGS.get(kind, []))}"
+            )
+    return SpaceSettings(
+        name=path.stem,
+        version=int(raw["version"]),
+        target_kinds=tuple(raw["target_kinds"]),
+        rules=raw.get("rules", "from-target"),
+        postprocs=tuple(raw["postprocs"]["names"]),
+        knobs=knobs,
+        limits=dict(raw.get("limits", {})),
+    )
+
+
+def settings_for(target: Target, folder: Path | None = None) -> SpaceSettings:
+    """The settings whose ``target_kinds`` contains the target's kind."""
+    folder = folder or data_dir("search_spaces")
+    for path in sorted(folder.glob("*.toml")):
+        settings = load_settings(path)
+        if target.kind.name in settings.target_kinds:
+            return settings
+    raise UserInputError(f"no search space in {folder} supports target kind {target.kind.name!r}")

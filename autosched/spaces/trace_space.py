@@ -1,0 +1,172 @@
+"""A search space for any PrimFunc: MetaSchedule's design spaces with every sampling decision as a knob.
+
+The rules in ``search_spaces/<family>.toml`` generate one or more design-space traces for the function
+(e.g. an epilogue fused at different tile levels). Each trace's sampling instructions become ordinal Optuna
+knobs; ``apply`` replays the chosen trace with the decoded decisions and runs the postprocessors, which
+reject illegal candidates before anything is built.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+
+from autosched._tvm import SAMPLE_KINDS, IRModule, Schedule, ScheduleError, Target, Trace, as_python, ms
+from autosched.errors import InvalidConfig
+from autosched.spaces.base import SearchSpace
+from autosched.spaces.settings import SpaceSettings
+
+log = logging.getLogger("autosched.spaces")
+
+
+@functools.lru_cache(maxsize=4096)
+def divisors(n: int) -> tuple[int, ...]:
+    return tuple(d for d in range(1, n + 1) if n % d == 0)
+
+
+def decode_tile(extent: int, n_levels: int, max_innermost: int, indices: list[int]) -> tuple[int, ...]:
+    """Knob indices (levels 1..n-1, ordinal in the divisors of ``extent``) -> a perfect tiling of ``extent``.
+
+    Decoded innermost first; each level is snapped down to a divisor of what is left, the outermost level
+    takes the rest. Every input is legal and a larger index never gives a smaller tile.
+    """
+    divs, left, factors = divisors(extent), extent, []
+    for level in range(n_levels - 1, 0, -1):
+        want = divs[min(indices[level - 1], len(divs) - 1)]
+        if level == n_levels - 1:
+            want = min(want, max_innermost)
+        factor = max(d for d in divisors(left) if d <= want)
+        factors.append(factor)
+        left //= factor
+    return (left, *reversed(factors))
+
+
+@dataclass
+class _Knob:
+    name: str
+    inst: Any  # the sampling Instruction in the design trace
+    kind: str
+    distribution: BaseDistribution
+    extent: int = 0
+    n_levels: int = 0
+    max_innermost: int = 0
+
+
+class TraceSearchSpace(SearchSpace):
+    def __init__(self, mod: IRModule, target: Target, settings: SpaceSettings, seed: int = 0):
+        self.mod, self.target, self.settings, self.version = mod, target, settings, settings.version
+        ctx = ms.TuneContext(
+            mod=mod,
+            target=target,
+            space_generator=ms.space_generator.PostOrderApply(
+                sch_rules=settings.schedule_rules(), postprocs=settings.make_postprocs(), mutator_probs={}
+            ),
+            task_name="main",
+            num_threads=os.cpu_count() or 1,
+            rand_state=seed,
+        )
+        self._postprocs = list(ctx.space_generator.postprocs)
+        self.designs: list[Trace] = [s.trace for s in ctx.generate_design_space()]
+        self._knobs = [self._design_knobs(d, trace) for d, trace in enumerate(self.designs)]
+
+    # --- knobs ---------------------------------------------------------------------------------------------
+    def _design_knobs(self, design: int, trace: Trace) -> list[_Knob]:
+        knobs = []
+        for i, inst in enumerate(x for x in trace.insts if x.kind.name in SAMPLE_KINDS):
+            kind, decision, prefix = inst.kind.name, trace.decisions[inst], f"d{design}.{i}"
+            if kind == "SamplePerfectTile":
+                n_levels, max_inner = int(inst.attrs[0]), int(inst.attrs[1])
+                extent = 1
+                for f in decision:
+                    extent *= int(f)
+                top = len(divisors(extent)) - 1
+                for level in range(1, n_levels):
+                    knobs.append(_Knob(f"{prefix}.tile{level}", inst, kind, IntDistribution(0, top),
+                                       extent, n_levels, max_inner if max_inner > 0 else extent))
+            elif kind == "SampleCategorical":
+                n = len(inst.attrs[0])
+                knobs.append(_Knob(f"{prefix}.cat", inst, kind, IntDistribution(0, max(n - 1, 0))))
+            else:
+                knobs.append(_Knob(f"{prefix}.loc", inst, kind, IntDistribution(-2, self._max_location(trace, inst))))
+        return knobs
+
+    def _max_location(self, trace: Trace, inst: Any) -> int:
+        """Out-of-range locations are remapped by TVM to the last valid one: ask for a huge one to learn it."""
+        sch = Schedule(self.mod, error_render_level="none")
+        try:
+            trace.with_decision(inst, 1 << 20, remove_postproc=True).apply_to_schedule(sch, remove_postproc=True)
+        except (ScheduleError, RuntimeError):
+            return max(int(trace.decisions[inst]), 0)
+        for applied in sch.trace.insts:
+            if applied.kind.name == "SampleComputeLocation" and int(sch.trace.decisions[applied]) >= -2:
+                last = int(sch.trace.decisions[applied])
+        return max(last, int(trace.decisions[inst]), 0)
+
+    def knobs(self, design: int | None = None) -> dict[str, BaseDistribution]:
+        if design is not None:
+            return {k.name: k.distribution for k in self._knobs[design]}
+        out: dict[str, BaseDistribution] = {"design": CategoricalDistribution(list(range(len(self.designs))))}
+        for knobs in self._knobs:
+            out.update({k.name: k.distribution for k in knobs})
+        return out
+
+    def size(self) -> int:
+        total = 0
+        for knobs in self._knobs:
+            n = 1
+            for k in knobs:
+                n *= k.distribution.high - k.distribution.low + 1
+            total += n
+        return total
+
+    # --- apply ---------------------------------------------------------------------------------------------
+    def decisions(self, params: dict[str, Any]) -> tuple[Trace, dict[Any, Any]]:
+        design = int(params.get("design", 0))
+        trace, knobs = self.designs[design], self._knobs[design]
+        out: dict[Any, Any] = {}
+        tiles: dict[Any, list[int]] = {}
+        for k in knobs:
+            if k.kind == "SamplePerfectTile":
+                tiles.setdefault(k.inst, []).append(int(params[k.name]))
+            else:
+                out[k.inst] = int(params[k.name])
+        for k in knobs:
+            if k.kind == "SamplePerfectTile" and k.inst not in out:
+                out[k.inst] = decode_tile(k.extent, k.n_levels, k.max_innermost, tiles[k.inst])
+        return trace, out
+
+    def apply(self, params: dict[str, Any]) -> Schedule:
+        trace, decisions = self.decisions(params)
+        for inst, decision in decisions.items():
+            trace = trace.with_decision(inst, decision, remove_postproc=True)
+        sch = Schedule(self.mod, error_render_level="none")
+        try:
+            trace.apply_to_schedule(sch, remove_postproc=True)
+        except (ScheduleError, RuntimeError) as err:
+            raise InvalidConfig(f"schedule primitive failed: {str(err).splitlines()[0][:200]}") from err
+        for postproc in self._postprocs:
+            if not postproc.apply(sch):
+                raise InvalidConfig(f"rejected by {type(postproc).__name__}")
+        return sch
+
+    def effective_decisions(self, sch: Schedule) -> list[Any]:
+        trace = sch.trace
+        return [as_python(trace.decisions[i]) for i in trace.insts if i.kind.name in SAMPLE_KINDS]
+
+    def default_params(self, design: int = 0) -> dict[str, Any]:
+        """Knob values that reproduce the design trace's own (randomly sampled) decisions, where encodable."""
+        params: dict[str, Any] = {"design": design}
+        trace = self.designs[design]
+        for k in self._knobs[design]:
+            decision = trace.decisions[k.inst]
+            if k.kind == "SamplePerfectTile":
+                level = int(k.name.rsplit("tile", 1)[1])
+                params[k.name] = divisors(k.extent).index(int(decision[level]))
+            else:
+                params[k.name] = int(decision)
+        return params

@@ -1,0 +1,100 @@
+"""Tasks: one TIR PrimFunc to tune for one target, with a stable key, a weight and a reference."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autosched._tvm import IRModule, Target, arg_specs, estimate_flops, host_cpu, structural_hash
+from autosched.errors import UserInputError
+from autosched.workloads import get_workload, reference_outputs
+
+Reference = Callable[[list[np.ndarray]], list[np.ndarray]]
+
+TARGET_ALIASES = {"llvm": "llvm", "cpu": "llvm", "cuda": "nvidia/nvidia-h100", "gpu": "nvidia/nvidia-h100"}
+
+
+def target_json(target: Target) -> str:
+    return json.dumps(json.loads(str(target)), sort_keys=True)
+
+
+def make_target(spec: str, n_threads: int | None = None) -> Target:
+    """'llvm' (this CPU, explicit mcpu), 'cuda', a TVM tag ('nvidia/nvidia-h200') or a JSON dict."""
+    spec = spec.strip()
+    try:
+        if spec.startswith("{"):
+            return Target(json.loads(spec))
+        name = TARGET_ALIASES.get(spec, spec)
+        if name == "llvm":
+            return Target({"kind": "llvm", "mcpu": host_cpu(), "num-cores": n_threads or os.cpu_count() or 1})
+        return Target(name)
+    except (ValueError, RuntimeError, json.JSONDecodeError) as err:
+        raise UserInputError(
+            f"unknown target {spec!r}: use llvm, cuda, a TVM target tag such as nvidia/nvidia-h100, "
+            f"or a JSON dict like '{{\"kind\": \"llvm\", \"mcpu\": \"znver3\"}}'"
+        ) from err
+
+
+def task_key(mod: IRModule, target: Target, space_version: int) -> str:
+    text = f"{structural_hash(mod['main'])}|{target_json(target)}|space-v{space_version}"
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+@dataclass
+class Task:
+    name: str
+    mod: IRModule  # {"main": PrimFunc}
+    target: Target
+    space_version: int
+    flops: float
+    weight: int = 1
+    n_outputs: int = 1
+    reference: Reference | None = None  # None: the unscheduled build is the reference
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return task_key(self.mod, self.target, self.space_version)
+
+    @property
+    def target_json(self) -> str:
+        return target_json(self.target)
+
+    def arg_specs(self) -> list[tuple[tuple[int, ...], str]]:
+        return arg_specs(self.mod["main"])
+
+    def random_inputs(self, seed: int) -> list[np.ndarray]:
+        rng = np.random.default_rng(seed)
+        specs = self.arg_specs()[: -self.n_outputs]
+        return [rng.standard_normal(shape).astype(dtype) for shape, dtype in specs]
+
+
+def op_task(op: str, shape: tuple[int, ...], target: Target, space_version: int) -> Task:
+    """A catalog operator as a task, with its numpy reference."""
+    wl = get_workload(op)
+    full = wl.normalise(shape)
+    mod = wl.prim_func(full)
+    return Task(
+        name=f"{op}_{'x'.join(map(str, shape))}",
+        mod=mod,
+        target=target,
+        space_version=space_version,
+        flops=wl.flops(*full),
+        reference=lambda inputs: [reference_outputs(op, full, inputs)],
+        info={"op": op, "shape": list(shape)},
+    )
+
+
+def primfunc_task(name: str, mod: IRModule, target: Target, space_version: int, weight: int = 1,
+                  n_outputs: int = 1) -> Task:
+    """Any PrimFunc as a task; the unscheduled build serves as the reference."""
+    if not isinstance(mod, IRModule):
+        mod = IRModule({"main": mod})
+    return Task(name, mod, target, space_version, estimate_flops(mod), weight, n_outputs)
+
