@@ -1,0 +1,20 @@
+"""autosched: a search-based auto-scheduler and autotuner for deep-learning models, on TVM and Optuna."""
+
+from __future__ import annotations
+
+from autosched.version import __version__
+
+from autosched.api import best_module, load_kernel, tune_operator  # noqa: E402  (imports TVM, with its fixes)
+from autosched.config import TuneConfig  # noqa: E402
+from autosched.db import Database, MemoryDatabase, SQLDatabase, open_database  # noqa: E402
+from autosched.errors import AutoschedError, InvalidConfig, UserInputError  # noqa: E402
+from autosched.records import Candidate, MeasureResult, Status, TuningRecord  # noqa: E402
+from autosched.tasks import Task, make_target, op_task, primfunc_task  # noqa: E402
+from autosched.tune import TuneProgress, TuneResult, tune_task  # noqa: E402
+
+__all__ = [
+    "AutoschedError", "Candidate", "Database", "InvalidConfig", "MeasureResult", "MemoryDatabase", "SQLDatabase",
+    "Status", "Task", "TuneConfig", "TuneProgress", "TuneResult", "TuningRecord", "UserInputError", "__version__",
+    "best_module", "load_kernel", "make_target", "op_task", "open_database", "primfunc_task", "tune_operator",
+    "tune_task",
+]

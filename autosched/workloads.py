@@ -6,6 +6,7 @@ Arguments follow TE's convention: inputs first, the output last.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -47,11 +48,11 @@ class Workload:
 
 def parse_shape(text: str) -> tuple[int, ...]:
     """'512,512,512' or '512x512x512' -> (512, 512, 512)."""
-    parts = [p.strip() for p in text.replace("x", ",").split(",") if p.strip()]
+    parts = [p.strip() for p in re.split(r"[,x]", text.strip())]
     try:
         shape = tuple(int(p) for p in parts)
     except ValueError:
-        raise UserInputError(f"malformed shape {text!r}: use positive integers separated by commas, e.g. 512,512,512")
+        shape = ()
     if not shape or any(d <= 0 for d in shape):
         raise UserInputError(f"malformed shape {text!r}: use positive integers separated by commas, e.g. 512,512,512")
     return shape

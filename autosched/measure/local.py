@@ -21,7 +21,9 @@ log = logging.getLogger("autosched.measure")
 
 
 def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
+    """The last line of an error (worker errors carry the whole traceback as their message)."""
+    msg = err.args[0] if err.args and isinstance(err.args[0], str) else str(err)
+    text = msg.strip().splitlines()
     tail = [t for t in text if t.strip()][-1:] or [type(err).__name__]
     return f"{type(err).__name__}: {tail[0][:300]}"
 

@@ -39,12 +39,14 @@ def build(mod_json: str, target_json: str, out_path: str) -> float:
 
 
 def _load_io(path: str) -> dict[str, Any]:
-    if path not in _NPZ_CACHE:
+    stat = os.stat(path)
+    key = f"{path}:{stat.st_mtime_ns}:{stat.st_size}"  # the file is rewritten once the reference is known
+    if key not in _NPZ_CACHE:
         import numpy as np
 
         with np.load(path) as data:
-            _NPZ_CACHE[path] = {k: data[k] for k in data.files}
-    return _NPZ_CACHE[path]
+            _NPZ_CACHE[key] = {k: data[k] for k in data.files}
+    return _NPZ_CACHE[key]
 
 
 def run(

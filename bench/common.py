@@ -1,0 +1,65 @@
+"""Shared helpers of the benchmarks: a fair environment, timing of Python peers, table and JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+_BLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def fair_environment(n_threads: int) -> None:
+    """Re-exec without the OpenBLAS core-type override (it pins numpy to slower kernels on this CPU),
+    and fix every library's thread count to ``n_threads`` before any of them starts a pool."""
+    if any(k in os.environ for k in _BLAS_OVERRIDES):
+        env = {k: v for k, v in os.environ.items() if k not in _BLAS_OVERRIDES}
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+    for var in ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(n_threads)
+
+
+def machine_info() -> dict:
+    import numpy as np
+    import threadpoolctl
+
+    blas = [i for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
+    from autosched._tvm import TVM_VERSION, host_cpu
+
+    return {"cpu": host_cpu(), "machine": platform.machine(), "n_cores": os.cpu_count(), "numpy": np.__version__,
+            "openblas_kernel": blas[0].get("architecture") if blas else None, "tvm": TVM_VERSION,
+            "python": platform.python_version(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def load_now() -> float:
+    """1-minute load average: other work on this 2-core machine skews timings, so it is recorded."""
+    return os.getloadavg()[0]
+
+
+def time_callable(fn: Callable[[], object], repeat: int = 5, min_repeat_s: float = 0.04) -> float:
+    """Median seconds per call over ``repeat`` rounds, each running at least ``min_repeat_s``."""
+    fn()  # warm-up
+    rounds = []
+    for _ in range(repeat):
+        n, start = 0, time.perf_counter()
+        while True:
+            fn()
+            n += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_repeat_s:
+                break
+        rounds.append(elapsed / n)
+    return statistics.median(rounds)
+
+
+def write_json(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2, default=str))
+    return path

@@ -1,0 +1,227 @@
+"""Benchmark: every catalog workload, tuned by autosched and by MetaSchedule, next to numpy and PyTorch.
+
+    python bench/kernels.py                       # the full run (1 thread, 64 trials, ~40 min)
+    python bench/kernels.py --workloads matmul --seeds 1 --trials 16 --skip-ms    # a quick look
+
+One process, one thread count for everyone. For each workload: untuned TVM, autosched at N trials,
+MetaSchedule ``tune_tir`` at N trials, numpy, PyTorch (if installed). Tuned kernels are re-measured by the
+same runner (checked against the numpy reference first). Prints a table, writes bench/results/kernels.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import fair_environment, load_now, machine_info, time_callable, write_json  # noqa: E402
+
+SHAPES = {
+    "matmul": (512, 512, 512),
+    "batch_matmul": (16, 128, 128, 64),
+    "dense": (128, 768, 768),
+    "conv2d": (1, 64, 56, 56, 64, 3, 3),
+    "depthwise_conv2d": (1, 128, 56, 56, 3, 3),
+    "softmax": (128, 768),
+    "layer_norm": (128, 768),
+    "elementwise": (128, 768),
+}
+MULTI_SEED = ("matmul", "conv2d")
+
+
+def torch_fn(op: str, inputs, shape):
+    """The PyTorch equivalent of a catalog workload, or None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    t = [torch.from_numpy(x) for x in inputs]
+    F = torch.nn.functional
+    full = shape
+    fns = {
+        "matmul": lambda: t[0] @ t[1],
+        "batch_matmul": lambda: torch.bmm(t[0], t[1]),
+        "dense": lambda: torch.relu(F.linear(t[0], t[1], t[2])),
+        "conv2d": lambda: torch.relu(F.conv2d(t[0], t[1], t[2], stride=full[7], padding=full[8])),
+        "depthwise_conv2d": lambda: F.conv2d(t[0], t[1], stride=full[6], padding=full[7], groups=full[1]),
+        "softmax": lambda: torch.softmax(t[0], -1),
+        "layer_norm": lambda: F.layer_norm(t[0], (full[1],), t[1], t[2], 1e-5),
+        "elementwise": lambda: F.silu((t[0] + t[1]) * 1.702) / 1.702 * 0.5,
+    }
+
+    def run():
+        with torch.no_grad():
+            return fns[op]()
+
+    return run
+
+
+def measure_mod(session, task, mod, repeat: int = 5) -> float:
+    """Build and time a scheduled module through autosched's runner (reference-checked)."""
+    from autosched._tvm import save_json
+    from autosched.records import Candidate
+
+    io = session.prepare_io(task)
+    runner = session.runner
+    old = runner.repeat
+    runner.repeat = repeat
+    try:
+        res = runner.run(session.builder.build([Candidate(task.key, {}, mod_json=save_json(mod))]), io)[0]
+    finally:
+        runner.repeat = old
+    if not res.ok:
+        raise RuntimeError(f"{task.name}: {res.status.value} {res.error}")
+    return res.latency_s
+
+
+def run_metaschedule(task, n_trials: int, seed: int) -> tuple[object, float, int]:
+    from autosched._tvm import install_fast_inspect, ms
+
+    work_dir = tempfile.mkdtemp(prefix="ms-")
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # its console handler copies this
+    start = time.perf_counter()
+    db = ms.tune_tir(
+        task.mod, task.target, work_dir, max_trials_global=n_trials, num_trials_per_iter=min(32, n_trials),
+        builder=ms.builder.LocalBuilder(max_workers=os.cpu_count(), timeout_sec=120, initializer=install_fast_inspect),
+        runner=ms.runner.LocalRunner(timeout_sec=60, evaluator_config=ms.runner.EvaluatorConfig(
+            number=3, repeat=1, min_repeat_ms=100, enable_cpu_cache_flush=False)),
+        cost_model="xgb", strategy="evolutionary", num_tuning_cores=os.cpu_count(), seed=seed)
+    wall = time.perf_counter() - start
+    n = len(db.get_all_tuning_records())
+    sch = ms.tir_integration.compile_tir(db, task.mod, task.target)
+    return (sch.mod if sch is not None else None), wall, n
+
+
+def bench_workload(op: str, seeds: list[int], args) -> dict:
+    import numpy as np
+
+    from autosched.apply import schedule_from_record
+    from autosched.config import TuneConfig
+    from autosched.db import MemoryDatabase
+    from autosched.session import TuningSession
+    from autosched.spaces.settings import settings_for
+    from autosched.tasks import make_target, op_task
+    from autosched.workloads import get_workload
+
+    target = make_target("llvm", args.threads)
+    shape = SHAPES[op]
+    task = op_task(op, shape, target, settings_for(target).version)
+    full = get_workload(op).normalise(shape)
+    row: dict = {"workload": op, "shape": list(shape), "flops": task.flops, "seeds": seeds, "runs": []}
+    cfg = TuneConfig(n_trials=args.trials, n_threads=args.threads)
+    with TuningSession(cfg, task.target_json) as session:
+        row["untuned_s"] = session.measure_unscheduled(task).latency_s
+        inputs = task.random_inputs(0)
+        row["numpy_s"] = time_callable(lambda: task.reference(inputs))
+        fn = torch_fn(op, inputs, full)
+        row["torch_s"] = time_callable(fn) if fn else None
+        for seed in seeds:
+            run: dict = {"seed": seed, "load_before": load_now()}
+            db = MemoryDatabase()
+            session.config = cfg.replace(seed=seed)
+            result = session.tune(task, db)
+            run["autosched_tune_s"] = result.elapsed_s
+            run["autosched_trials"] = result.n_new
+            run["autosched_during_tuning_s"] = result.best_latency_s
+            run["autosched_s"] = measure_mod(session, task, schedule_from_record(task.mod, result.best).mod)
+            if not args.skip_ms:
+                ms_mod, wall, n = run_metaschedule(task, args.trials, seed)
+                run.update(ms_tune_s=wall, ms_trials=n, ms_s=measure_mod(session, task, ms_mod) if ms_mod else None)
+            run["load_after"] = load_now()
+            row["runs"].append(run)
+            print(f"  {op} seed {seed}: autosched {task.flops / run['autosched_s'] / 1e9:.1f} GFLOPS "
+                  f"in {run['autosched_tune_s']:.0f}s" + (f", MetaSchedule {task.flops / run['ms_s'] / 1e9:.1f} "
+                  f"GFLOPS in {run['ms_tune_s']:.0f}s" if run.get("ms_s") else ""), flush=True)
+    med = lambda key: statistics.median([r[key] for r in row["runs"] if r.get(key)]) if any(
+        r.get(key) for r in row["runs"]) else None
+    for key in ("autosched_s", "ms_s", "autosched_tune_s", "ms_tune_s"):
+        row[key] = med(key)
+    row["autosched_s_per_trial"] = statistics.median(r["autosched_tune_s"] / r["autosched_trials"]
+                                                     for r in row["runs"])
+    if not args.skip_ms:
+        row["ms_s_per_trial"] = statistics.median(r["ms_tune_s"] / r["ms_trials"] for r in row["runs"])
+    np.testing.assert_(row["autosched_s"] > 0)
+    return row
+
+
+def gflops(row, key):
+    return row["flops"] / row[key] / 1e9 if row.get(key) else None
+
+
+def print_table(rows: list[dict], args) -> dict:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Kernels, float32, {args.threads} thread(s), {args.trials} trials; GFLOPS (median of seeds)")
+    cols = ["workload", "shape", "untuned", "autosched", "MetaSched", "numpy", "torch", "as/numpy", "as/MS",
+            "as tune s", "MS tune s", "as s/trial", "MS s/trial"]
+    for c in cols:
+        table.add_column(c, justify="left" if c in ("workload", "shape") else "right")
+    f = lambda v, p=1: "-" if v is None else f"{v:.{p}f}"
+    wins, summary = 0, {}
+    for r in rows:
+        g = {k: gflops(r, k) for k in ("untuned_s", "autosched_s", "ms_s", "numpy_s", "torch_s")}
+        r["ratio_to_numpy"] = r["numpy_s"] / r["autosched_s"]
+        r["ratio_to_ms"] = r["ms_s"] / r["autosched_s"] if r.get("ms_s") else None
+        wins += bool(r["ratio_to_ms"] and r["ratio_to_ms"] >= 0.8)
+        table.add_row(r["workload"], "x".join(map(str, r["shape"])), f(g["untuned_s"]), f(g["autosched_s"]),
+                      f(g["ms_s"]), f(g["numpy_s"]), f(g["torch_s"]), f(r["ratio_to_numpy"], 2),
+                      f(r["ratio_to_ms"], 2), f(r["autosched_tune_s"], 0), f(r.get("ms_tune_s"), 0),
+                      f(r["autosched_s_per_trial"], 2), f(r.get("ms_s_per_trial"), 2))
+    Console(width=200).print(table)
+    if not args.skip_ms:
+        as_spt = statistics.median(r["autosched_s_per_trial"] for r in rows)
+        ms_spt = statistics.median(r["ms_s_per_trial"] for r in rows)
+        summary = {"n_workloads_ge_0.8x_ms": wins, "n_workloads": len(rows),
+                   "median_s_per_trial_autosched": as_spt, "median_s_per_trial_ms": ms_spt,
+                   "s_per_trial_ratio": as_spt / ms_spt}
+        print(f"autosched >= 0.8x MetaSchedule on {wins}/{len(rows)} workloads (target >= 6/8); "
+              f"seconds per trial {as_spt:.2f} vs {ms_spt:.2f} = {as_spt / ms_spt:.2f}x (target <= 0.5)")
+    mm = next((r for r in rows if r["workload"] == "matmul"), None)
+    if mm:
+        summary["matmul_ratio_to_numpy"] = mm["ratio_to_numpy"]
+        print(f"matmul 512^3: autosched at {mm['ratio_to_numpy']:.2f}x numpy (target >= 0.70)")
+    return summary
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workloads", default=",".join(SHAPES))
+    p.add_argument("--trials", type=int, default=64)
+    p.add_argument("--seeds", type=int, default=3, help="seeds for matmul and conv2d (others: 1)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--skip-ms", action="store_true", help="leave MetaSchedule out (quick runs)")
+    p.add_argument("--out", default="kernels")
+    args = p.parse_args()
+    fair_environment(args.threads)
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    from threadpoolctl import threadpool_limits
+
+    try:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    except ImportError:
+        pass
+    info = machine_info()
+    print(f"machine: {info}", flush=True)
+    rows = []
+    with threadpool_limits(args.threads):
+        for op in args.workloads.split(","):
+            seeds = list(range(args.seeds)) if op in MULTI_SEED else [0]
+            rows.append(bench_workload(op, seeds, args))
+            write_json(args.out, {"machine": info, "args": vars(args), "rows": rows})
+        summary = print_table(rows, args)
+    path = write_json(args.out, {"machine": info, "args": vars(args), "rows": rows, "summary": summary})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Real builder and runner: a crashing, a hanging, a wrong and an unbuildable candidate each cost one trial."""
+
+from __future__ import annotations
+
+import pytest
+
+from autosched._tvm import IRModule, save_json, te, tirx
+from autosched.config import TuneConfig
+from autosched.db import MemoryDatabase
+from autosched.records import Candidate, Status
+from autosched.session import TuningSession
+from autosched.testing.fakes import ListStrategy
+from autosched.tune import tune_task
+
+pytestmark = pytest.mark.slow
+
+
+def _matmul_variant(n: int, extra=None) -> IRModule:
+    """The task's matmul signature, with ``extra(i, j)`` added to every output element."""
+    a = te.placeholder((n, n), "float32", name="A")
+    b = te.placeholder((n, n), "float32", name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    out = c if extra is None else te.compute((n, n), lambda i, j: c[i, j] + extra(i, j), name="D")
+    return IRModule({"main": te.create_prim_func([a, b, out])})
+
+
+def _extern(name, *args):
+    return lambda i, j: tirx.Cast("float32", tirx.call_extern("int32", name, *args))
+
+
+def test_bad_candidates_cost_one_trial_each_and_the_run_finishes(matmul_task):
+    n = 32
+    mods = {
+        "good": _matmul_variant(n),
+        "crash": _matmul_variant(n, _extern("abort")),
+        "hang": _matmul_variant(n, _extern("sleep", 1000)),
+        "wrong": _matmul_variant(n, lambda i, j: tirx.const(1.0, "float32")),
+    }
+    order = ["good", "crash", "hang", "wrong", "unbuildable", "good"]
+    cands = [Candidate(matmul_task.key, {"kind": name}, decisions=[i],
+                       mod_json=save_json(mods[name]) if name in mods else "{not a module")
+             for i, name in enumerate(order)]
+    cfg = TuneConfig(n_threads=1, run_timeout_s=4, build_timeout_s=60, repeat=1, min_repeat_ms=1)
+    db = MemoryDatabase()
+    with TuningSession(cfg, matmul_task.target_json) as session:
+        strategy = ListStrategy(cands)
+        result = tune_task(matmul_task, strategy, session.builder, session.runner, db,
+                           session.prepare_io(matmul_task), n_trials=len(cands), batch_size=3)
+    statuses = [r.status for r in db.records()]
+    assert statuses == [Status.OK, Status.RUN_ERROR, Status.TIMEOUT, Status.WRONG_RESULT, Status.BUILD_ERROR,
+                        Status.OK]
+    assert result.n_new == 6 and len(strategy.told) == 6
+    errors = [r.error for r in db.records()]
+    assert "differs" in errors[3] and "timed out" in errors[2]
+    assert result.best.status is Status.OK and result.best.params == {"kind": "good"}

@@ -1,0 +1,143 @@
+"""Pins how each outcome reaches the Optuna sampler (see the module docstring of optuna_strategy)."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autosched.errors import InvalidConfig, UnknownNameError
+from autosched.records import MeasureResult, Status
+from autosched.search.optuna_strategy import CONSTRAINT, SAMPLERS, OptunaStrategy, create_sampler
+
+
+def _strategy(space, sampler="tpe", seed=0):
+    return OptunaStrategy(space, "task", optuna.storages.InMemoryStorage(), sampler, seed)
+
+
+def test_measured_ok_is_a_complete_trial_with_the_latency(matmul_space):
+    s = _strategy(matmul_space)
+    (cand,) = s.ask(1)
+    s.tell([cand], [MeasureResult(Status.OK, [2e-3, 1e-3, 3e-3])])
+    (trial,) = s.study.get_trials()
+    assert trial.state is TrialState.COMPLETE and trial.value == pytest.approx(2e-3)
+    assert trial.constraints == {CONSTRAINT: 0.0} and trial.user_attrs["status"] == "OK"
+
+
+@pytest.mark.parametrize("status", [Status.BUILD_ERROR, Status.RUN_ERROR, Status.TIMEOUT, Status.WRONG_RESULT])
+def test_measured_failure_is_pruned_and_violates_the_constraint(matmul_space, status):
+    s = _strategy(matmul_space)
+    ok, bad = s.ask(2)
+    s.tell([ok, bad], [MeasureResult(Status.OK, [1e-3]), MeasureResult(status, error="boom")])
+    trials = {t.number: t for t in s.study.get_trials()}
+    failed = trials[bad.trial_number]
+    assert failed.state is TrialState.PRUNED and failed.value is None
+    assert failed.user_attrs["status"] == status.value and failed.user_attrs["error"] == "boom"
+    assert failed.constraints == {CONSTRAINT: 1.0}
+    assert s.study.best_trial.number == ok.trial_number  # a failure is never the best
+
+
+def test_rejected_candidates_are_pruned_and_never_returned(matmul_space):
+    class HalfInvalid:
+        version = 1
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def knobs(self, design=None):
+            return self.inner.knobs(design)
+
+        def size(self):
+            return self.inner.size()
+
+        def apply(self, params):
+            if params["design"] == 0:
+                raise InvalidConfig("design 0 is forbidden here")
+            return self.inner.apply(params)
+
+        def effective_decisions(self, sch):
+            return self.inner.effective_decisions(sch)
+
+    s = _strategy(HalfInvalid(matmul_space), sampler="random", seed=1)
+    cands = s.ask(12)
+    assert len(cands) == 12 and all(c.params["design"] != 0 for c in cands)
+    rejected = s.drain_rejected()
+    assert rejected and all(r.invalid_reason == "design 0 is forbidden here" for r in rejected)
+    states = {t.number: t.state for t in s.study.get_trials()}
+    assert all(states[r.trial_number] is TrialState.PRUNED for r in rejected)
+    assert all(s.study.get_trials()[r.trial_number].constraints == {CONSTRAINT: 1.0} for r in rejected)
+    assert s.drain_rejected() == []
+
+
+def test_duplicate_schedule_is_not_measured_twice(matmul_space):
+    class OnePoint:
+        version = 1
+
+        def knobs(self, design=None):
+            return matmul_space.knobs(design)
+
+        def size(self):
+            return 10**9
+
+        def apply(self, params):
+            return matmul_space.apply(matmul_space.default_params(0))
+
+        def effective_decisions(self, sch):
+            return matmul_space.effective_decisions(sch)
+
+    s = _strategy(OnePoint(), sampler="random")
+    s.max_tries_per_ask = 4
+    first = s.ask(3)
+    assert len(first) == 1  # the other proposals were the same schedule
+    s.tell(first, [MeasureResult(Status.OK, [1e-3])])
+    assert s.ask(2) == [] and s.exhausted
+    told = [t for t in s.study.get_trials() if t.user_attrs.get("duplicate")]
+    assert told and all(t.value in (None, 1e-3) for t in told)
+
+
+def test_exhausted_space_stops_proposing(cpu_target):
+    from autosched.spaces.settings import settings_for
+    from autosched.spaces.trace_space import TraceSearchSpace
+    from autosched.tasks import op_task
+
+    task = op_task("elementwise", (8, 16), cpu_target, 1)
+    space = TraceSearchSpace(task.mod, cpu_target, settings_for(cpu_target))
+    s = _strategy(space)
+    got = s.ask(4)
+    assert len(got) == space.size() and s.ask(4) == [] or s.exhausted
+
+
+def test_same_seed_same_proposals(matmul_space):
+    a, b = _strategy(matmul_space, seed=7), _strategy(matmul_space, seed=7)
+    c = _strategy(matmul_space, seed=8)
+    pa, pb, pc = ([x.params for x in s.ask(5)] for s in (a, b, c))
+    assert pa == pb and pa != pc
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_every_sampler_proposes_valid_candidates(matmul_space, name):
+    if name == "gp":
+        pytest.importorskip("torch")
+    s = _strategy(matmul_space, sampler=name)
+    for _ in range(2):
+        cands = s.ask(3)
+        assert cands and all(c.mod_json and c.trace_json for c in cands)
+        s.tell(cands, [MeasureResult(Status.OK, [1e-3 * (i + 1)]) for i in range(len(cands))])
+
+
+def test_unknown_sampler_lists_the_valid_ones():
+    with pytest.raises(UnknownNameError) as info:
+        create_sampler("annealing", 0)
+    assert set(info.value.valid) == set(SAMPLERS)
+    assert "tpe" in str(info.value)
+
+
+def test_abandoned_candidates_fail_and_stale_running_trials_are_failed(matmul_space):
+    storage = optuna.storages.InMemoryStorage()
+    s = OptunaStrategy(matmul_space, "task", storage, "tpe", 0)
+    cands = s.ask(2)
+    s.abandon(cands[:1])
+    assert s.study.get_trials()[cands[0].trial_number].state is TrialState.FAIL
+    # cands[1] is left RUNNING as if the process died; a new strategy on the same study fails it
+    s2 = OptunaStrategy(matmul_space, "task", storage, "tpe", 0)
+    assert s2.study.get_trials()[cands[1].trial_number].state is TrialState.FAIL

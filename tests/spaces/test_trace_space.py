@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from autosched._tvm import structural_equal, tvm
+from autosched.errors import InvalidConfig, UserInputError
+from autosched.paths import data_dir
+from autosched.spaces.settings import load_settings, settings_for
+from autosched.spaces.trace_space import TraceSearchSpace, decode_tile, divisors
+
+
+@pytest.mark.parametrize("extent,levels,max_inner", [(512, 4, 64), (56, 4, 64), (3, 2, 64), (768, 2, 16)])
+def test_decode_tile_is_always_a_legal_tiling(extent, levels, max_inner):
+    top = len(divisors(extent)) - 1
+    for idx in itertools.product(range(0, top + 1, max(1, top // 4)), repeat=levels - 1):
+        tile = decode_tile(extent, levels, max_inner, list(idx))
+        assert len(tile) == levels and math.prod(tile) == extent
+        assert tile[-1] <= max_inner
+
+
+def test_decode_tile_is_monotone_in_the_innermost_knob():
+    inner = [decode_tile(512, 4, 64, [0, 0, i])[-1] for i in range(10)]
+    assert inner == sorted(inner) and inner[0] == 1 and inner[-1] == 64
+
+
+def test_matmul_space_has_ordinal_knobs_per_design(matmul_space):
+    knobs = matmul_space.knobs()
+    assert list(knobs["design"].choices) == list(range(len(matmul_space.designs)))
+    d0 = matmul_space.knobs(0)
+    assert d0 and all(name.startswith("d0.") for name in d0)
+    assert any(name.endswith("tile3") for name in d0)  # 4-level spatial tiles: 3 knobs, outermost implied
+    assert matmul_space.size() > 1000
+
+
+def test_apply_produces_a_postprocessed_schedule_that_builds(matmul_space, matmul_task):
+    sch = matmul_space.apply(matmul_space.default_params(0))
+    assert not any("meta_schedule" in str(k) for k in sch.mod["main"].body.__str__().split() if "parallel" in k)
+    tvm.compile(sch.mod, target=matmul_task.target)
+
+
+def test_default_params_reproduce_the_design_trace(matmul_space):
+    sch = matmul_space.apply(matmul_space.default_params(0))
+    trace = matmul_space.designs[0]
+    expected = [[int(x) for x in d] if not isinstance(d, int) and hasattr(d, "__len__") else int(d)
+                for i, d in trace.decisions.items() if i.kind.name.startswith("Sample")]
+    assert matmul_space.effective_decisions(sch) == expected
+
+
+def test_different_params_give_different_schedules(matmul_space):
+    a = matmul_space.default_params(0)
+    b = dict(a)
+    name = next(k for k in b if k.endswith("tile3"))
+    b[name] = 0 if a[name] else 3
+    sa, sb = matmul_space.apply(a), matmul_space.apply(b)
+    assert matmul_space.effective_decisions(sa) != matmul_space.effective_decisions(sb)
+    assert not structural_equal(sa.mod, sb.mod)
+
+
+def test_postproc_rejection_raises_invalid_config(matmul_task):
+    class RejectAll:
+        def apply(self, sch):
+            return False
+
+    space = TraceSearchSpace(matmul_task.mod, matmul_task.target, settings_for(matmul_task.target))
+    space._postprocs = [RejectAll()]
+    with pytest.raises(InvalidConfig, match="rejected by RejectAll"):
+        space.apply(space.default_params(0))
+
+
+def test_shipped_settings_load_and_carry_a_version(cpu_target):
+    cpu = settings_for(cpu_target)
+    assert cpu.name == "cpu" and cpu.version >= 1 and cpu.knobs["tile"] == "divisor_index"
+    assert {p.name for p in data_dir("search_spaces").glob("*.toml")} >= {"cpu.toml", "cuda.toml"}
+
+
+def test_unsupported_knob_encoding_is_refused(tmp_path):
+    text = (data_dir("search_spaces") / "cpu.toml").read_text().replace('tile = "divisor_index"', 'tile = "tuple"')
+    path = tmp_path / "cpu.toml"
+    path.write_text(text)
+    with pytest.raises(UserInputError, match="knob encoding tile='tuple'"):
+        load_settings(path)
+
+
+def test_cuda_space_generates_and_rejects_before_build():
+    from autosched.tasks import make_target, op_task
+
+    target = make_target("cuda")
+    task = op_task("matmul", (256, 256, 256), target, settings_for(target).version)
+    space = TraceSearchSpace(task.mod, target, settings_for(target), seed=1)
+    assert "VerifyGPUCode" in settings_for(target).postprocs
+    import random
+
+    rng = random.Random(0)
+    n_ok = n_rejected = 0
+    for _ in range(80):
+        design = rng.randrange(len(space.designs))
+        params = {"design": design, **{k: rng.randint(d.low, d.high) for k, d in space.knobs(design).items()}}
+        try:
+            sch = space.apply(params)
+        except InvalidConfig:
+            n_rejected += 1
+            continue
+        n_ok += 1
+        if n_ok <= 2:
+            ex = tvm.compile(sch.mod, target=target)
+            assert [m.kind for m in ex.mod.imports] == ["cuda"]
+    assert n_ok >= 1 and n_rejected >= 1

@@ -1,0 +1,114 @@
+"""The command line: bad input gives one line and exit code 2 with the database untouched; a real tiny run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autosched.cli import main
+from autosched.db import open_database
+
+
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+@pytest.fixture()
+def existing_db(tmp_path):
+    path = tmp_path / "kept.db"
+    open_database(str(path)).close()
+    return path
+
+
+BAD_TUNE = [
+    (["--op", "matmull", "--shape", "8,8,8"], "unknown operator 'matmull'"),
+    (["--op", "matmul", "--shape", "8,x,8"], "malformed shape"),
+    (["--op", "matmul", "--shape", "8,8"], "matmul takes a shape M,N,K"),
+    (["--op", "matmul", "--shape", "8,8,8", "--target", "tpu9000"], "unknown target 'tpu9000'"),
+    (["--op", "matmul", "--shape", "8,8,8", "--sampler", "annealing"], "unknown sampler 'annealing'"),
+    (["--op", "matmul", "--shape", "8,8,8", "--trials", "0"], "--trials must be at least 1"),
+    (["--shape", "8,8,8"], "the following arguments are required: --op"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_TUNE)
+def test_bad_tune_input_is_one_line_exit_2_and_db_untouched(args, message, existing_db, capsys):
+    before = _digest(existing_db)
+    assert main(["tune", *args, "--db", str(existing_db)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and err.startswith("autosched: error:")
+    assert _digest(existing_db) == before
+
+
+def test_bad_input_does_not_create_a_database(tmp_path, capsys):
+    path = tmp_path / "new.db"
+    assert main(["tune", "--op", "nope", "--shape", "8", "--db", str(path)]) == 2
+    assert not path.exists()
+
+
+def test_a_file_that_is_not_a_database_is_refused_and_untouched(tmp_path, capsys):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"\x08\x07garbage" * 10)
+    before = _digest(path)
+    for cmd in (["tune", "--op", "matmul", "--shape", "8,8,8"], ["show"], ["export", "-o", str(tmp_path / "o")]):
+        assert main([*cmd, "--db", str(path)]) == 2
+        assert "not an autosched database" in capsys.readouterr().err
+    assert _digest(path) == before
+
+
+def test_unwritable_database_path(tmp_path, capsys):
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    assert main(["tune", "--op", "matmul", "--shape", "8,8,8", "--db", str(blocker / "x.db")]) == 2
+    assert "pick another --db path" in capsys.readouterr().err
+
+
+def test_show_missing_database(tmp_path, capsys):
+    assert main(["show", "--db", str(tmp_path / "nope.db")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "nope.db").exists()
+
+
+def test_import_of_garbage_leaves_the_database_untouched(tmp_path, existing_db, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json at all\n")
+    before = _digest(existing_db)
+    assert main(["import", str(bad), "--db", str(existing_db)]) == 2
+    assert "not an autosched export" in capsys.readouterr().err
+    assert _digest(existing_db) == before
+
+
+def test_console_script_exit_code():
+    proc = subprocess.run([sys.executable, "-m", "autosched.cli", "tune", "--op", "nope", "--shape", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "unknown operator 'nope'" in proc.stderr
+
+
+@pytest.mark.slow
+def test_tune_show_export_import_end_to_end(tmp_path, capsys):
+    db = tmp_path / "logs" / "mm.db"
+    args = ["tune", "--op", "matmul", "--shape", "32,32,32", "--trials", "6", "--batch", "3", "--threads", "1",
+            "--db", str(db), "--seed", "2"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "matmul_32x32x32" in out and "GFLOPS" in out
+    assert main([*args[:-4], "--trials", "8", "--db", str(db), "--no-baseline"]) == 0  # resumes: 2 more
+    assert "resuming matmul_32x32x32: 6 of 8" in capsys.readouterr().err
+    d = open_database(str(db))
+    assert d.n_measured(d.tasks()[0].task_key) == 8
+    assert main(["show", "--db", str(db)]) == 0
+    shown = capsys.readouterr().out
+    assert "matmul_32x32x32" in shown and "llvm" in shown
+    assert main(["export", "--db", str(db), "-o", str(tmp_path / "x.jsonl")]) == 0
+    lines = (tmp_path / "x.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["format"] == "autosched-export" and len(lines) >= 1 + 1 + 8
+    assert main(["import", str(tmp_path / "x.jsonl"), "--db", str(tmp_path / "copy.db")]) == 0
+    copy = open_database(str(tmp_path / "copy.db"))
+    key = copy.tasks()[0].task_key
+    assert copy.best(key).latency_s == d.best(key).latency_s
+    assert os.path.getsize(db) > 0
