@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from autosched.version import __version__
-
 from autosched.api import best_module, load_kernel, tune_operator  # noqa: E402  (imports TVM, with its fixes)
 from autosched.config import TuneConfig  # noqa: E402
 from autosched.db import Database, MemoryDatabase, SQLDatabase, open_database  # noqa: E402
@@ -11,6 +9,7 @@ from autosched.errors import AutoschedError, InvalidConfig, UserInputError  # no
 from autosched.records import Candidate, MeasureResult, Status, TuningRecord  # noqa: E402
 from autosched.tasks import Task, make_target, op_task, primfunc_task  # noqa: E402
 from autosched.tune import TuneProgress, TuneResult, tune_task  # noqa: E402
+from autosched.version import __version__
 
 __all__ = [
     "AutoschedError", "Candidate", "Database", "InvalidConfig", "MeasureResult", "MemoryDatabase", "SQLDatabase",

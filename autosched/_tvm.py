@@ -38,8 +38,13 @@ install_fast_inspect()
 
 import tvm  # noqa: E402
 import tvm_ffi  # noqa: E402
-from tvm import relax, te, tirx, topi  # noqa: E402
-from tvm import s_tir  # noqa: E402
+from tvm import (  # noqa: E402
+    relax,
+    s_tir,  # noqa: E402
+    te,
+    tirx,
+    topi,
+)
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 from tvm.support.popen_pool import PopenPoolExecutor  # noqa: E402
 from tvm.target import Target  # noqa: E402

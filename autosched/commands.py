@@ -33,11 +33,9 @@ def _config(args: argparse.Namespace) -> TuneConfig:
     base = TuneConfig.from_toml(args.config) if getattr(args, "config", None) else TuneConfig()
     cfg = base.replace(n_trials=args.trials, sampler=args.sampler, seed=args.seed, n_threads=args.threads,
                        batch_size=args.batch)
-    for name in ("n_trials", "batch_size"):
-        if getattr(cfg, name) < 1:
-            raise UserInputError(f"--{name.split('_')[1] if name == 'n_trials' else 'batch'} must be at least 1")
-    if cfg.n_threads < 0:
-        raise UserInputError("--threads must be at least 1")
+    for flag, value in (("--trials", cfg.n_trials), ("--batch", cfg.batch_size), ("--threads", cfg.threads)):
+        if value < 1:
+            raise UserInputError(f"{flag} must be at least 1")
     return cfg
 
 

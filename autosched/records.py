@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     OK = "OK"
     BUILD_ERROR = "BUILD_ERROR"
     RUN_ERROR = "RUN_ERROR"

@@ -92,6 +92,3 @@ class TuningSession:
         return tune_task(task, strategy, self.builder, self.runner, db, self.prepare_io(task), cfg.n_trials,
                          cfg.batch_size, on_progress)
 
-
-def unscheduled_result(session: TuningSession, task: Task) -> MeasureResult:
-    return session.measure_unscheduled(task)

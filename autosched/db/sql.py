@@ -76,7 +76,9 @@ def _check_sqlite_file(path: Path) -> None:
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise DatabaseError(f"cannot create folder {parent} for the database ({err.strerror}): pick another --db path")
+        raise DatabaseError(
+            f"cannot create folder {parent} for the database ({err.strerror}): pick another --db path"
+        ) from err
     if not os.access(parent, os.W_OK):
         raise DatabaseError(f"folder {parent} is not writable: pick another --db path")
 
@@ -109,7 +111,9 @@ class SQLDatabase(Database):
                 )
             return
         if names:
-            raise DatabaseError(f"{self.url} is not an autosched database (it has other tables): pick another --db path")
+            raise DatabaseError(
+                f"{self.url} is not an autosched database (it has other tables): pick another --db path"
+            )
         if not create:
             raise DatabaseError(f"{self.url} is empty, not an autosched database: check the --db path")
         _META.create_all(self.engine)

@@ -71,7 +71,8 @@ def run(
     io = _load_io(io_path)
     lib = tvm.runtime.load_module(lib_path)
     inputs = [tvm.runtime.tensor(io[f"in{i}"], dev) for i in range(sum(k.startswith("in") for k in io))]
-    outs = [tvm.runtime.tensor(np.zeros(io[f"shape_out{i}"], io[f"dtype_out{i}"].item()), dev) for i in range(n_outputs)]
+    outs = [tvm.runtime.tensor(np.zeros(io[f"shape_out{i}"], io[f"dtype_out{i}"].item()), dev)
+            for i in range(n_outputs)]
     lib["main"](*inputs, *outs)
     dev.sync()
     if not check:
@@ -82,7 +83,8 @@ def run(
         if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=atol * max(scale, 1.0)):
             bad = float(np.nanmax(np.abs(got - want))) if got.shape == want.shape else float("nan")
             return {"status": "WRONG_RESULT", "latencies_s": [], "error": f"output {i} differs: max|err|={bad:.3g}"}
-    timer = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms, cooldown_interval_ms=0)
+    timer = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms,
+                               cooldown_interval_ms=0)
     return {"status": "OK", "latencies_s": list(timer(*inputs, *outs).results), "error": None}
 
 

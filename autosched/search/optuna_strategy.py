@@ -108,7 +108,7 @@ class OptunaStrategy(SearchStrategy):
             elif isinstance(dist, CategoricalDistribution):
                 params[name] = trial.suggest_categorical(name, list(dist.choices))
             else:
-                params[name] = trial._suggest(name, dist)
+                raise TypeError(f"knob {name}: unsupported distribution {type(dist).__name__}")
         return params
 
     def ask(self, n: int) -> list[Candidate]:

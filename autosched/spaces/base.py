@@ -27,6 +27,6 @@ class SearchSpace(abc.ABC):
         """How many distinct knob settings there are (an upper bound on distinct schedules)."""
         return 1 << 62
 
+    @abc.abstractmethod
     def effective_decisions(self, sch: Schedule) -> list[Any]:
-        """What the schedule really used (two param sets can map to one schedule). Default: the params."""
-        return []
+        """What the schedule really used: two knob settings can give one schedule (the dedup key)."""

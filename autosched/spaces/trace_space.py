@@ -102,6 +102,7 @@ class TraceSearchSpace(SearchSpace):
             trace.with_decision(inst, 1 << 20, remove_postproc=True).apply_to_schedule(sch, remove_postproc=True)
         except (ScheduleError, RuntimeError):
             return max(int(trace.decisions[inst]), 0)
+        last = 0
         for applied in sch.trace.insts:
             if applied.kind.name == "SampleComputeLocation" and int(sch.trace.decisions[applied]) >= -2:
                 last = int(sch.trace.decisions[applied])

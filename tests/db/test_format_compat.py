@@ -10,8 +10,8 @@ import numpy as np
 from autosched._tvm import cpu_device, load_json, tvm
 from autosched.api import best_module
 from autosched.db import open_database
-from autosched.tasks import make_target
 from autosched.records import Status
+from autosched.tasks import make_target
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "db_v1.db"
 
