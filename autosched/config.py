@@ -20,10 +20,11 @@ class TuneConfig:
     seed: int = 0  # drives the sampler, the design spaces and the random inputs
     n_threads: int = 0  # CPU threads of the measured kernels; 0 = all cores
     n_build_workers: int = 0  # 0 = all cores
-    build_timeout_s: float = 60.0
+    build_timeout_s: float = 3.0  # a compile normally takes 0.05-0.5 s (median 0.1): slower ones count as failures
     run_timeout_s: float = 30.0
     repeat: int = 3  # timed repeats per candidate (median reported)
-    min_repeat_ms: int = 40  # each repeat runs the kernel until this much time has passed
+    min_repeat_ms: int = 25  # each repeat runs the kernel until this much time has passed
+    cutoff_ratio: float = 3.0  # a candidate whose first run is this much slower than the best is timed once
     rtol: float = 1e-3  # output check against the reference
     atol: float = 1e-4  # relative to the largest reference value
 

@@ -34,7 +34,8 @@ class TuningSession:
         self.builder = builder or LocalBuilder(target_json, config.n_build_workers or None, config.build_timeout_s,
                                                work_dir=self._tmp.name)
         self.runner = runner or LocalRunner(config.threads, config.run_timeout_s, config.repeat,
-                                            config.min_repeat_ms, config.rtol, config.atol)
+                                            config.min_repeat_ms, config.rtol, config.atol,
+                                            cutoff_ratio=config.cutoff_ratio)
 
     def __enter__(self) -> TuningSession:
         return self

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
 import tempfile
 import time
 from concurrent.futures import Future
@@ -29,7 +30,11 @@ def _one_line(err: BaseException) -> str:
 
 
 class _Pool:
-    """A PopenPoolExecutor that is started (and restarted) outside any candidate's timeout."""
+    """A PopenPoolExecutor whose workers are started before the first candidate's timeout runs.
+
+    A worker that crashes or times out is killed by TVM's PopenWorker and restarted lazily, its
+    initializer running before (not within) the next candidate's timeout.
+    """
 
     def __init__(self, n_workers: int, timeout_s: float, n_threads: int | None = None):
         self.n_workers, self.timeout_s, self.n_threads = n_workers, timeout_s, n_threads
@@ -45,10 +50,6 @@ class _Pool:
         if self._pool is None:
             self._pool = self._fresh()
         return self._pool.submit(fn, *args)
-
-    def reset(self) -> None:
-        """After a crash or timeout: start the next batch with warm workers."""
-        self.close()
 
     def close(self) -> None:
         if self._pool is not None:
@@ -71,18 +72,14 @@ class LocalBuilder(Builder):
             self._count += 1
             path = os.path.join(self.work_dir, f"cand{self._count}.so")
             jobs.append((cand, path, self._pool.submit(worker.build, cand.mod_json, self.target_json, path)))
-        out, broken = [], False
+        out = []
         for cand, path, fut in jobs:
             try:
                 out.append(BuildResult(cand, path, build_s=fut.result()))
             except TimeoutError:
-                broken = True
-                out.append(BuildResult(cand, None, "build timed out", Status.TIMEOUT))
+                out.append(BuildResult(cand, None, f"build timed out after {self._pool.timeout_s:g} s", Status.TIMEOUT))
             except Exception as err:  # noqa: BLE001 - any failure is this candidate's result
-                broken |= isinstance(err, ChildProcessError)
                 out.append(BuildResult(cand, None, _one_line(err), Status.BUILD_ERROR))
-        if broken:
-            self._pool.reset()
         return out
 
     def close(self) -> None:
@@ -92,11 +89,17 @@ class LocalBuilder(Builder):
 
 
 class LocalRunner(Runner):
-    """Runs one candidate at a time (so timings do not compete), checked against the reference first."""
+    """Runs one candidate at a time (so timings do not compete), checked against the reference first.
+
+    Candidates slower than ``cutoff_ratio`` x the best seen for the task on their first run are timed once.
+    """
 
     def __init__(self, n_threads: int | None = None, timeout_s: float = 30.0, repeat: int = 3,
-                 min_repeat_ms: int = 40, rtol: float = 1e-3, atol: float = 1e-4, device: str = "cpu"):
+                 min_repeat_ms: int = 25, rtol: float = 1e-3, atol: float = 1e-4, device: str = "cpu",
+                 cutoff_ratio: float | None = 3.0):
         self.repeat, self.min_repeat_ms, self.rtol, self.atol, self.device = repeat, min_repeat_ms, rtol, atol, device
+        self.cutoff_ratio = cutoff_ratio
+        self._best_s: dict[str, float] = {}  # per task (io path): fastest median so far
         self._pool = _Pool(1, timeout_s, n_threads)
 
     def run(self, builds: list[BuildResult], io: TaskIO) -> list[MeasureResult]:
@@ -106,16 +109,17 @@ class LocalRunner(Runner):
         if b.status is not Status.OK:
             return MeasureResult(b.status, error=b.error, build_s=b.build_s)
         start = time.perf_counter()
+        best = self._best_s.get(io.io_path)
+        cutoff = best * self.cutoff_ratio if best is not None and self.cutoff_ratio else None
         try:
             res = self._pool.submit(worker.run, b.artifact_path, io.io_path, io.n_outputs, self.device,
-                                    self.repeat, self.min_repeat_ms, self.rtol, self.atol).result()
+                                    self.repeat, self.min_repeat_ms, self.rtol, self.atol, True, cutoff).result()
             status, lat, err = Status(res["status"]), res["latencies_s"], res["error"]
+            if status is Status.OK and len(lat) == self.repeat:
+                self._best_s[io.io_path] = min(statistics.median(lat), best or float("inf"))
         except TimeoutError:
-            self._pool.reset()
             status, lat, err = Status.TIMEOUT, [], f"run timed out after {self._pool.timeout_s:g} s"
         except Exception as e:  # noqa: BLE001 - a crash is this candidate's result
-            if isinstance(e, ChildProcessError):
-                self._pool.reset()
             status, lat, err = Status.RUN_ERROR, [], _one_line(e)
         finally:
             if b.artifact_path and os.path.exists(b.artifact_path):

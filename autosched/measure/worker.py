@@ -59,8 +59,12 @@ def run(
     rtol: float,
     atol: float,
     check: bool = True,
+    cutoff_s: float | None = None,
 ) -> dict[str, Any]:
     """Load a library, check its outputs against the reference in ``io_path``, then time it.
+
+    A candidate whose (cold) checking run already takes longer than ``cutoff_s`` is reported with that one
+    timing instead of the full repeats: it is far from the best, and the search only needs to know that.
 
     Returns {"status": "OK"|"WRONG_RESULT", "latencies_s": [...], "error": str|None, "outputs": optional}.
     """
@@ -73,8 +77,10 @@ def run(
     inputs = [tvm.runtime.tensor(io[f"in{i}"], dev) for i in range(sum(k.startswith("in") for k in io))]
     outs = [tvm.runtime.tensor(np.zeros(io[f"shape_out{i}"], io[f"dtype_out{i}"].item()), dev)
             for i in range(n_outputs)]
+    start = time.perf_counter()
     lib["main"](*inputs, *outs)
     dev.sync()
+    first_run_s = time.perf_counter() - start
     if not check:
         return {"status": "OK", "latencies_s": [], "error": None, "outputs": [o.numpy() for o in outs]}
     for i, out in enumerate(outs):
@@ -83,6 +89,8 @@ def run(
         if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=atol * max(scale, 1.0)):
             bad = float(np.nanmax(np.abs(got - want))) if got.shape == want.shape else float("nan")
             return {"status": "WRONG_RESULT", "latencies_s": [], "error": f"output {i} differs: max|err|={bad:.3g}"}
+    if cutoff_s is not None and first_run_s > cutoff_s:
+        return {"status": "OK", "latencies_s": [first_run_s], "error": None}
     timer = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms,
                                cooldown_interval_ms=0)
     return {"status": "OK", "latencies_s": list(timer(*inputs, *outs).results), "error": None}

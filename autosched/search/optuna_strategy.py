@@ -29,6 +29,7 @@ from autosched.spaces.base import SearchSpace
 log = logging.getLogger("autosched.search")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+warnings.filterwarnings("ignore", message="Constraints have been set, but CmaEsSampler")  # it ignores pruned ones
 
 STATUS_ATTR = "status"
 

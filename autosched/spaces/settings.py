@@ -28,6 +28,7 @@ class SpaceSettings:
     postprocs: tuple[str, ...]
     knobs: dict[str, str]
     limits: dict[str, int] = field(default_factory=dict)
+    checks: dict[str, int] = field(default_factory=dict)
 
     def schedule_rules(self) -> Any:
         if self.rules == "from-target":
@@ -81,7 +82,20 @@ def load_settings(path: Path) -> SpaceSettings:
         postprocs=tuple(raw["postprocs"]["names"]),
         knobs=knobs,
         limits=dict(raw.get("limits", {})),
+        checks=_checks(path, raw.get("checks", {})),
     )
+
+
+KNOWN_CHECKS = {"max_register_tile"}
+
+
+def _checks(path: Path, table: dict[str, Any]) -> dict[str, int]:
+    unknown = sorted(set(table) - KNOWN_CHECKS)
+    if unknown:
+        raise IncompatibleArtefactError(
+            f"{path.name}: unknown checks {unknown}; this autosched knows {sorted(KNOWN_CHECKS)}"
+        )
+    return {k: int(v) for k, v in table.items()}
 
 
 def settings_for(target: Target, folder: Path | None = None) -> SpaceSettings:

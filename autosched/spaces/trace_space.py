@@ -141,8 +141,26 @@ class TraceSearchSpace(SearchSpace):
                 out[k.inst] = decode_tile(k.extent, k.n_levels, k.max_innermost, tiles[k.inst])
         return trace, out
 
+    def _check(self, trace: Trace, decisions: dict[Any, Any]) -> None:
+        """The [checks] of the settings, on decoded decisions (cheap; before anything is built)."""
+        limit = self.settings.checks.get("max_register_tile")
+        if not limit:
+            return
+        run_levels, tile = 0, 1
+        for inst in trace.insts:  # consecutive spatial tilings of a block share a level count
+            if inst.kind.name != "SamplePerfectTile" or inst not in decisions:
+                continue
+            factors = decisions[inst]
+            if len(factors) != run_levels:
+                run_levels, tile = len(factors), 1
+            if run_levels >= 3:
+                tile *= int(factors[-1])
+                if tile > limit:
+                    raise InvalidConfig(f"register tile of {tile} elements > max_register_tile {limit}")
+
     def apply(self, params: dict[str, Any]) -> Schedule:
         trace, decisions = self.decisions(params)
+        self._check(trace, decisions)
         for inst, decision in decisions.items():
             trace = trace.with_decision(inst, decision, remove_postproc=True)
         sch = Schedule(self.mod, error_render_level="none")

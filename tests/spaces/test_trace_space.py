@@ -108,3 +108,18 @@ def test_cuda_space_generates_and_rejects_before_build():
             ex = tvm.compile(sch.mod, target=target)
             assert [m.kind for m in ex.mod.imports] == ["cuda"]
     assert n_ok >= 1 and n_rejected >= 1
+
+
+def test_register_tile_check_rejects_huge_innermost_tiles(cpu_target):
+    from autosched.tasks import op_task
+
+    task = op_task("matmul", (128, 128, 128), cpu_target, 1)
+    space = TraceSearchSpace(task.mod, cpu_target, settings_for(cpu_target))
+    assert space.settings.checks["max_register_tile"] == 1024
+    params = space.default_params(0)
+    top = len(divisors(128)) - 1
+    for name in params:
+        if name.endswith("tile3"):  # innermost spatial level: 64 (the max) on both axes -> 64 x 64
+            params[name] = top
+    with pytest.raises(InvalidConfig, match="register tile of 4096 elements"):
+        space.apply(params)
