@@ -32,6 +32,11 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, help="candidates built in parallel per round (8)")
     p.add_argument("--config", help="TOML file with [tune] defaults; flags override it")
     p.add_argument("--no-baseline", action="store_true", help="skip measuring the untuned operator")
+    p.add_argument("--cost-model", choices=["xgb", "random", "none"],
+                   help="screen proposals with a cost model before measuring (xgb)")
+    p.add_argument("--no-transfer", action="store_true",
+                   help="do not start from the shipped cross-task cost model (learn online only)")
+    p.add_argument("--transfer-model", help="a saved cost-model folder to start from instead of the shipped one")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tune(sub)
     p = sub.add_parser("show", help="best record per task in a database")
     p.add_argument("--db", required=True)
+    p = sub.add_parser("train-cost-model", help="train a cross-task XGBoost cost model from tuning databases")
+    p.add_argument("--db", action="append", required=True, help="a tuning database (repeat for several)")
+    p.add_argument("-o", "--output", required=True, help="folder to write (model.json + meta.json)")
+    p.add_argument("--rounds", type=int, default=300, help="boosting rounds")
+    p.add_argument("--seed", type=int, default=0)
     p = sub.add_parser("export", help="write a database's tasks and records as JSON lines")
     p.add_argument("--db", required=True)
     p.add_argument("-o", "--output", required=True)
@@ -55,12 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     err = Console(stderr=True)
     try:
+        argv = list(sys.argv[1:] if argv is None else argv)
         args = build_parser().parse_args(argv)
+        args.argv = argv  # recorded by commands that write artefacts (the command that rebuilds them)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="%(levelname)s %(name)s: %(message)s")
         from autosched import commands
 
-        return getattr(commands, f"cmd_{args.command}")(args)
+        return getattr(commands, f"cmd_{args.command.replace('-', '_')}")(args)
     except UserInputError as e:
         err.print(f"autosched: error: {e}", style="red", highlight=False, soft_wrap=True)
         return EXIT_USER_ERROR

@@ -32,7 +32,8 @@ def _gflops(flops: float, seconds: float) -> str:
 def _config(args: argparse.Namespace) -> TuneConfig:
     base = TuneConfig.from_toml(args.config) if getattr(args, "config", None) else TuneConfig()
     cfg = base.replace(n_trials=args.trials, sampler=args.sampler, seed=args.seed, n_threads=args.threads,
-                       batch_size=args.batch)
+                       batch_size=args.batch, cost_model=args.cost_model,
+                       transfer=False if args.no_transfer else None, transfer_model=args.transfer_model)
     for flag, value in (("--trials", cfg.n_trials), ("--batch", cfg.batch_size), ("--threads", cfg.threads)):
         if value < 1:
             raise UserInputError(f"{flag} must be at least 1")
@@ -59,6 +60,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if target.kind.name != "llvm":
         raise UserInputError(f"measuring on {target.kind.name} needs that device; this command measures on llvm (CPU)")
     task = op_task(args.op, shape, target, settings_for(target).version)
+    if cfg.cost_model == "xgb" and cfg.transfer:
+        from autosched.session import load_start_model
+
+        load_start_model(cfg.transfer_model, target.kind.name)  # a bad model is refused before the db opens
     db = open_database(args.db)
 
     from autosched.session import TuningSession
@@ -101,13 +106,28 @@ def _print_tune_table(task, result, baseline, db_path: str) -> None:
     out.print(f"database: {db_path}  (this run: {result.n_new} new measurements in {result.elapsed_s:.0f} s)")
 
 
+def _rank_corr(records) -> str:
+    """Spearman correlation of the cost model's scores with measured speed (records it screened)."""
+    from scipy.stats import spearmanr
+
+    from autosched.records import Status
+
+    pairs = [(r.predicted_score, -r.latency_s) for r in records
+             if r.predicted_score is not None and r.status is Status.OK and r.latencies_s]
+    if len(pairs) < 5:
+        return "-"
+    rho = spearmanr([p[0] for p in pairs], [p[1] for p in pairs]).statistic
+    return f"{rho:+.2f} (n={len(pairs)})"
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from autosched.db import open_database
     from autosched.records import Status
 
     db = open_database(args.db, create=False)
     table = Table(title=f"autosched show: {args.db}")
-    for col in ("task", "target", "trials", "ok", "failed", "rejected", "best latency", "GFLOPS", "key"):
+    for col in ("task", "target", "trials", "ok", "failed", "rejected", "best latency", "GFLOPS",
+                "model rank corr.", "key"):
         table.add_column(col, justify="left" if col in ("task", "target", "key") else "right")
     for t in db.tasks():
         recs = db.records(t.task_key)
@@ -118,9 +138,25 @@ def cmd_show(args: argparse.Namespace) -> int:
         table.add_row(t.name, f"{target.get('kind')} {target.get('mcpu', '')} x{target.get('num-cores', '')}",
                       str(len(recs) - n_rej), str(n_ok), str(len(recs) - n_rej - n_ok), str(n_rej),
                       _fmt_s(best.latency_s if best else float("inf")),
-                      _gflops(t.flops, best.latency_s if best else float("inf")), t.task_key)
+                      _gflops(t.flops, best.latency_s if best else float("inf")), _rank_corr(recs), t.task_key)
     out.print(table)
     db.close()
+    return 0
+
+
+def cmd_train_cost_model(args: argparse.Namespace) -> int:
+    import shlex
+
+    from autosched.cost.training import dataset_from_databases, pairwise_accuracy, train
+
+    data = dataset_from_databases(args.db)
+    model = train(data, rounds=args.rounds, seed=args.seed)
+    fit_acc = pairwise_accuracy(model.predict(data.X), data.y, data.groups)
+    command = "autosched " + " ".join(shlex.quote(a) for a in args.argv)
+    model.save(args.output, command=command, trained_on={"databases": args.db, "tasks": data.tasks,
+                                                         "training_pairwise_accuracy": fit_acc})
+    out.print(f"trained on {len(data.y)} candidates of {len(data.tasks)} tasks ({data.target_family}); "
+              f"pairwise accuracy on its own data {fit_acc:.3f}; saved to {args.output}")
     return 0
 
 

@@ -25,6 +25,11 @@ class TuneConfig:
     repeat: int = 3  # timed repeats per candidate (median reported)
     min_repeat_ms: int = 25  # each repeat runs the kernel until this much time has passed
     cutoff_ratio: float = 3.0  # a candidate whose first run is this much slower than the best is timed once
+    cost_model: str = "xgb"  # xgb | random | none: screens the sampler's proposals before measuring
+    transfer: bool = True  # start from the shipped cross-task model (cost_models/<target kind>) if one fits
+    transfer_model: str = ""  # another saved model folder to start from ("" = the shipped one)
+    pool_factor: int = 4  # proposals ranked per measured candidate
+    explore: float = 0.25  # share of each batch measured without the model's blessing
     rtol: float = 1e-3  # output check against the reference
     atol: float = 1e-4  # relative to the largest reference value
 

@@ -30,6 +30,7 @@ class Candidate:
     mod_json: str | None = None  # the scheduled IRModule (tvm.ir.save_json), for the builder
     trial_number: int | None = None  # Optuna trial number, set by the strategy
     invalid_reason: str | None = None
+    predicted_score: float | None = None  # the cost model's score, when one screened this candidate
 
     def dedup_key(self) -> str:
         return json.dumps(self.decisions, sort_keys=True)
@@ -78,6 +79,7 @@ class TuningRecord:
     tvm_version: str
     space_version: int
     created_at: float = field(default_factory=time.time)
+    predicted_score: float | None = None  # the cost model's score when it was proposed (None: not screened)
     record_id: int | None = None
 
     @property

@@ -11,17 +11,44 @@ import numpy as np
 
 from autosched._tvm import save_json
 from autosched.config import TuneConfig
+from autosched.cost import FeatureExtractor, RandomCostModel, XGBCostModel
 from autosched.db import Database, TaskRow
+from autosched.errors import UnknownNameError
 from autosched.measure.base import Builder, Runner, TaskIO
 from autosched.measure.local import LocalBuilder, LocalRunner
+from autosched.paths import data_dir
 from autosched.records import Candidate, MeasureResult, Status
 from autosched.search.optuna_strategy import OptunaStrategy, seen_from_records
+from autosched.search.screen import ModelScreen
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
 from autosched.tasks import Task
 from autosched.tune import TuneProgress, TuneResult, tune_task
 
 log = logging.getLogger("autosched.session")
+
+
+def make_screen(cfg: TuneConfig, space: TraceSearchSpace, target_family: str) -> ModelScreen | None:
+    """The cost-model screen the config asks for (None: every proposal is measured)."""
+    if cfg.cost_model == "none":
+        return None
+    start = None
+    if cfg.cost_model == "xgb" and cfg.transfer:
+        start = load_start_model(cfg.transfer_model, target_family)
+    elif cfg.cost_model == "random":
+        start = RandomCostModel(cfg.seed).fit(np.zeros((1, 1)), np.zeros(1), np.zeros(1))
+    elif cfg.cost_model != "xgb":
+        raise UnknownNameError("cost model", cfg.cost_model, ["xgb", "random", "none"])
+    return ModelScreen(FeatureExtractor(space.context), start_model=start, pool_factor=cfg.pool_factor,
+                       explore=cfg.explore, seed=cfg.seed, online=cfg.cost_model == "xgb")
+
+
+def load_start_model(path: str, target_family: str) -> XGBCostModel | None:
+    """An explicit model folder, else the shipped ``cost_models/<target kind>`` if present."""
+    if path:
+        return XGBCostModel.load(path, target_family)
+    shipped = data_dir("cost_models") / target_family
+    return XGBCostModel.load(shipped, target_family) if (shipped / "meta.json").exists() else None
 
 
 class TuningSession:
@@ -89,7 +116,8 @@ class TuningSession:
         if strategy is None:
             space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=cfg.seed)
             strategy = OptunaStrategy(space, task.key, db.optuna_storage(), cfg.sampler, cfg.seed,
-                                      seen=seen_from_records(db.records(task.key)))
+                                      seen=seen_from_records(db.records(task.key)),
+                                      screen=make_screen(cfg, space, task.target.kind.name))
         return tune_task(task, strategy, self.builder, self.runner, db, self.prepare_io(task), cfg.n_trials,
                          cfg.batch_size, on_progress)
 

@@ -59,7 +59,8 @@ class TuneResult:
 
 def to_record(task: Task, cand: Candidate, res: MeasureResult) -> TuningRecord:
     return TuningRecord(task.key, task.target_json, cand.params, cand.decisions, cand.trace_json, res.status,
-                        res.latencies_s, res.error, __version__, TVM_VERSION, task.space_version)
+                        res.latencies_s, res.error, __version__, TVM_VERSION, task.space_version,
+                        predicted_score=cand.predicted_score)
 
 
 def tune_task(task: Task, strategy: SearchStrategy, builder: Builder, runner: Runner, db: Database, io: TaskIO,

@@ -112,3 +112,25 @@ def test_tune_show_export_import_end_to_end(tmp_path, capsys):
     key = copy.tasks()[0].task_key
     assert copy.best(key).latency_s == d.best(key).latency_s
     assert os.path.getsize(db) > 0
+
+
+def test_train_cost_model_from_a_database(tmp_path, capsys):
+    import shutil
+
+    from autosched.cost import XGBCostModel
+
+    src = tmp_path / "v1.db"
+    shutil.copy(os.path.join(os.path.dirname(__file__), "fixtures", "db_v1.db"), src)
+    out = tmp_path / "model"
+    assert main(["train-cost-model", "--db", str(src), "-o", str(out), "--rounds", "5"]) == 0
+    assert "trained on 4 candidates of 1 tasks" in capsys.readouterr().out
+    model = XGBCostModel.load(out, "llvm")
+    assert model.meta_["command"] == f"autosched train-cost-model --db {src} -o {out} --rounds 5"
+    assert model.meta_["trained_on"]["tasks"] == ["matmul_16x16x16"]
+
+
+def test_a_bad_transfer_model_is_refused_before_the_database_opens(tmp_path, capsys):
+    path = tmp_path / "new.db"
+    args = ["tune", "--op", "matmul", "--shape", "8,8,8", "--transfer-model", str(tmp_path / "nope"), "--db", str(path)]
+    assert main(args) == 2
+    assert "not a saved autosched cost model" in capsys.readouterr().err and not path.exists()

@@ -8,7 +8,7 @@ from typing import Any
 
 from autosched.records import Status, TuningRecord
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # v2 (autosched 0.2): records.predicted_score
 
 
 @dataclass

@@ -51,6 +51,7 @@ record_table = sa.Table(
     sa.Column("tvm_version", sa.String(32), nullable=False),
     sa.Column("space_version", sa.Integer, nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("predicted_score", sa.Float),
 )
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -104,7 +105,9 @@ class SQLDatabase(Database):
             with self.engine.connect() as conn:
                 row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")).first()
             version = int(row[0]) if row else -1
-            if version != SCHEMA_VERSION:
+            if version == 1:
+                self._migrate_v1()
+            elif version != SCHEMA_VERSION:
                 raise DatabaseError(
                     f"database {self.url} has schema version {version}, this autosched reads {SCHEMA_VERSION}: "
                     "export it with the autosched that wrote it, or use a new --db"
@@ -120,6 +123,13 @@ class SQLDatabase(Database):
         with self.engine.begin() as conn:
             conn.execute(meta_table.insert(), [{"key": "schema_version", "value": str(SCHEMA_VERSION)},
                                                {"key": "created_at", "value": str(time.time())}])
+
+    def _migrate_v1(self) -> None:
+        """v1 -> v2: records gained a nullable predicted_score column (additive, in one transaction)."""
+        with self.engine.begin() as conn:
+            conn.execute(sa.text("ALTER TABLE autosched_records ADD COLUMN predicted_score FLOAT"))
+            conn.execute(meta_table.update().where(meta_table.c.key == "schema_version").values(value="2"))
+        log.info("migrated %s from schema v1 to v2", self.url)
 
     # --- tasks ---------------------------------------------------------------------------------------------
     def commit_task(self, task: TaskRow) -> None:
@@ -147,7 +157,7 @@ class SQLDatabase(Database):
             "latencies_s": json.dumps(r.latencies_s),
             "latency_s": r.latency_s if r.status is Status.OK and r.latencies_s else None, "error": r.error,
             "autosched_version": r.autosched_version, "tvm_version": r.tvm_version,
-            "space_version": r.space_version, "created_at": r.created_at,
+            "space_version": r.space_version, "created_at": r.created_at, "predicted_score": r.predicted_score,
         } for r in records]
         with self.engine.begin() as conn:  # one transaction: a batch lands whole or not at all
             conn.execute(record_table.insert(), rows)
@@ -189,5 +199,5 @@ def _to_record(r: Any) -> TuningRecord:
         decisions=json.loads(r["decisions"]), trace_json=json.loads(r["trace"]) if r["trace"] else None,
         status=Status(r["status"]), latencies_s=json.loads(r["latencies_s"]), error=r["error"],
         autosched_version=r["autosched_version"], tvm_version=r["tvm_version"], space_version=r["space_version"],
-        created_at=r["created_at"], record_id=r["id"],
+        created_at=r["created_at"], predicted_score=r["predicted_score"], record_id=r["id"],
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -13,10 +14,15 @@ from autosched.records import TuningRecord
 FORMAT = "autosched-export"
 
 
+def _open(path: Path, mode: str):
+    """Plain or gzip-compressed (``.gz``) text."""
+    return gzip.open(path, mode + "t") if path.suffix == ".gz" else open(path, mode)
+
+
 def export_jsonl(db: Database, path: Path) -> tuple[int, int]:
     tasks, records = db.tasks(), db.records()
     try:
-        with open(path, "w") as f:
+        with _open(path, "w") as f:
             f.write(json.dumps({"format": FORMAT, "schema_version": SCHEMA_VERSION}) + "\n")
             for t in tasks:
                 f.write(json.dumps({"task": asdict(t)}) + "\n")
@@ -29,8 +35,9 @@ def export_jsonl(db: Database, path: Path) -> tuple[int, int]:
 
 def read_jsonl(path: Path) -> tuple[list[TaskRow], list[TuningRecord]]:
     try:
-        lines = path.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as err:
+        with _open(path, "r") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError, EOFError) as err:
         raise UserInputError(f"cannot read {path}: {err}") from err
     try:
         header = json.loads(lines[0]) if lines else {}

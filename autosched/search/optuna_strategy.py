@@ -24,6 +24,7 @@ from autosched._tvm import as_python, save_json
 from autosched.errors import InvalidConfig, UnknownNameError, UserInputError
 from autosched.records import Candidate, MeasureResult, Status
 from autosched.search.base import SearchStrategy
+from autosched.search.screen import ModelScreen, Proposal
 from autosched.spaces.base import SearchSpace
 
 log = logging.getLogger("autosched.search")
@@ -77,8 +78,10 @@ def create_sampler(name: str | optuna.samplers.BaseSampler, seed: int) -> optuna
 
 class OptunaStrategy(SearchStrategy):
     def __init__(self, space: SearchSpace, task_key: str, storage: Any, sampler: str | optuna.samplers.BaseSampler
-                 = "tpe", seed: int = 0, seen: dict[str, MeasureResult] | None = None, max_tries_per_ask: int = 16):
-        self.space, self.task_key = space, task_key
+                 = "tpe", seed: int = 0, seen: dict[str, MeasureResult] | None = None, max_tries_per_ask: int = 16,
+                 screen: ModelScreen | None = None):
+        self.space, self.task_key, self.seed, self.screen = space, task_key, seed, screen
+        self._sampler_spec = sampler
         self.study = optuna.create_study(study_name=f"autosched-{task_key}", storage=storage,
                                          sampler=create_sampler(sampler, seed), direction="minimize",
                                          load_if_exists=True)
@@ -86,6 +89,7 @@ class OptunaStrategy(SearchStrategy):
         self._seen: dict[str, MeasureResult] = dict(seen or {})  # dedup key -> result of that schedule
         self._pending: dict[str, Trial] = {}
         self._rejected: list[Candidate] = []
+        self._scores: dict[str, float] = {}  # predicted scores of enqueued proposals
         self.max_tries_per_ask = max_tries_per_ask
         self.exhausted = False
 
@@ -113,6 +117,40 @@ class OptunaStrategy(SearchStrategy):
         return params
 
     def ask(self, n: int) -> list[Candidate]:
+        if self.screen is not None and self.screen.ready:
+            for proposal in self._screened(n):
+                self.study.enqueue_trial(proposal.params)
+                self._scores[proposal.key] = proposal.score
+        return self._ask_direct(n)
+
+    def _screened(self, n: int) -> list[Proposal]:
+        """A pool from a throw-away copy of the study (so unmeasured proposals never reach the real one)."""
+        sampler = (self._sampler_spec if isinstance(self._sampler_spec, optuna.samplers.BaseSampler)
+                   else create_sampler(self._sampler_spec, self.seed + len(self._seen) + 1))
+        scratch = optuna.create_study(sampler=sampler, direction="minimize")
+        scratch.add_trials(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+        pool: dict[str, tuple[dict[str, Any], Any]] = {}
+        for _ in range(n * self.screen.pool_factor * 4):
+            if len(pool) >= n * self.screen.pool_factor:
+                break
+            trial = scratch.ask()
+            params = self._suggest(trial)
+            try:
+                sch = self.space.apply(params)
+            except InvalidConfig:
+                scratch.tell(trial, state=TrialState.PRUNED)
+                continue
+            key = json.dumps(self.space.effective_decisions(sch), sort_keys=True)
+            if key not in self._seen and key not in self._pending:
+                pool[key] = (params, sch)  # left RUNNING in the scratch study: the liar spreads the pool
+        if not pool:
+            return []
+        keys = list(pool)
+        X = self.screen.features([pool[k][1] for k in keys], keys)
+        proposals = [Proposal(pool[k][0], k, x) for k, x in zip(keys, X, strict=True)]
+        return self.screen.select(proposals, min(n, len(proposals)))
+
+    def _ask_direct(self, n: int) -> list[Candidate]:
         out: list[Candidate] = []
         tries = 0
         while len(out) < n and tries < self.max_tries_per_ask * n:
@@ -133,6 +171,9 @@ class OptunaStrategy(SearchStrategy):
                 self._tell_duplicate(trial, key)
                 continue
             cand.trace_json = as_python(sch.trace.as_json(remove_postproc=False))
+            cand.predicted_score = self._scores.pop(key, None)
+            if self.screen is not None and key not in self.screen._features:
+                self.screen.features([sch], [key])
             cand.mod_json = save_json(sch.mod)
             self._pending[key] = trial
             out.append(cand)
@@ -158,6 +199,8 @@ class OptunaStrategy(SearchStrategy):
             trial = self._pending.pop(key)
             self._seen[key] = res
             self._tell_result(trial, res)
+        if self.screen is not None:
+            self.screen.observe([c.dedup_key() for c in candidates], results)
 
     def _tell_result(self, trial: Trial, res: MeasureResult) -> None:
         mark_outcome(trial, res.status, res.error)

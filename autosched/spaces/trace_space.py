@@ -70,6 +70,7 @@ class TraceSearchSpace(SearchSpace):
             num_threads=os.cpu_count() or 1,
             rand_state=seed,
         )
+        self.context = ctx  # also what the feature extractor needs
         self._postprocs = list(ctx.space_generator.postprocs)
         self.designs: list[Trace] = [s.trace for s in ctx.generate_design_space()]
         self._knobs = [self._design_knobs(d, trace) for d, trace in enumerate(self.designs)]

@@ -133,3 +133,12 @@ def test_import_refuses_garbage(tmp_path):
     path.write_text('{"hello": 1}\n')
     with pytest.raises(UserInputError, match="not an autosched export"):
         read_jsonl(path)
+
+
+def test_export_import_gzip(db, tmp_path):
+    db.commit([_rec(1e-3)])
+    path = tmp_path / "x.jsonl.gz"
+    export_jsonl(db, path)
+    assert path.read_bytes()[:2] == b"\x1f\x8b"
+    tasks, records = read_jsonl(path)
+    assert len(tasks) == 1 and records[0].latency_s == 1e-3

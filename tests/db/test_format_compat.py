@@ -1,4 +1,5 @@
-"""A database written by an earlier autosched (schema v1, tests/fixtures/db_v1.db) still loads and applies."""
+"""A database written by an earlier autosched (schema v1, tests/fixtures/db_v1.db) still loads and applies;
+opening it for writing migrates it to the current schema."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def test_v1_database_loads_and_its_best_kernel_is_correct(tmp_path):
     assert task.info == {"op": "matmul", "shape": [16, 16, 16]} and task.space_version == 1
     recs = db.records(task.task_key)
     assert len(recs) == 4 and all(r.status is Status.OK for r in recs)
+    assert all(r.predicted_score is None for r in recs)  # added in schema v2
     kernel = tvm.compile(best_module(db, task.task_key), target=make_target("llvm")).mod  # this machine's CPU
     dev = cpu_device()
     a, b = (np.random.default_rng(i).random((16, 16), dtype=np.float32) for i in (0, 1))

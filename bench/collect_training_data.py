@@ -1,0 +1,50 @@
+"""Collect the measurements the shipped cost model is trained on, then train it.
+
+    python bench/collect_training_data.py            # ~10 min on 2 cores; rebuilds cost_models/llvm
+
+Tunes catalog workloads at training shapes (none of them is a shape of bench/kernels.py or
+bench/cost_model.py, which measure the model on unseen shapes) without a cost model, 64 trials each,
+1 thread, into tuning_logs/cost_model_training.db; exports it as tuning_logs/cost_model_training.jsonl.gz
+(shipped) and trains cost_models/llvm from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAINING_SHAPES = {
+    "matmul": [(256, 256, 256), (1024, 256, 512), (128, 1024, 256)],
+    "batch_matmul": [(8, 64, 64, 64), (4, 256, 128, 64)],
+    "dense": [(64, 1024, 512), (256, 512, 1024), (16, 3072, 768)],
+    "conv2d": [(1, 32, 28, 28, 64, 3, 3), (1, 128, 14, 14, 128, 3, 3), (1, 64, 56, 56, 128, 1, 1)],
+    "depthwise_conv2d": [(1, 64, 112, 112, 3, 3), (1, 256, 28, 28, 3, 3)],
+    "softmax": [(256, 512), (64, 2048)],
+    "layer_norm": [(256, 512), (64, 2048)],
+}
+DB = ROOT / "tuning_logs" / "cost_model_training.db"
+EXPORT = ROOT / "tuning_logs" / "cost_model_training.jsonl.gz"
+MODEL = ROOT / "cost_models" / "llvm"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trials", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    for op, shapes in TRAINING_SHAPES.items():
+        for shape in shapes:
+            cmd = ["autosched", "tune", "--op", op, "--shape", ",".join(map(str, shape)), "--trials",
+                   str(args.trials), "--threads", str(args.threads), "--db", str(DB), "--cost-model", "none",
+                   "--no-baseline"]
+            print(" ".join(cmd), flush=True)
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["autosched", "export", "--db", str(DB), "-o", str(EXPORT)], check=True)
+    subprocess.run(["autosched", "train-cost-model", "--db", str(DB), "-o", str(MODEL)], check=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

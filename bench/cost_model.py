@@ -1,0 +1,221 @@
+"""Benchmark: does the cost model make measurements pay? Best latency against measured trials for
+(a) search without a model (256 trials), (b) the online XGBoost model, (c) the shipped cross-task model as
+start, (d) MetaSchedule (64 trials each for b-d); plus the shipped model's pairwise accuracy on shapes it
+was not trained on.
+
+    python bench/cost_model.py                                # full run (1 thread, ~35 min)
+    python bench/cost_model.py --workloads matmul --seeds 1 --long 64 --skip-ms   # quick look
+
+Prints a table, writes bench/results/cost_model.json and bench/results/cost_model.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import RESULTS, fair_environment, machine_info, write_json  # noqa: E402
+from kernels import MULTI_SEED, SHAPES, measure_mod, run_metaschedule  # noqa: E402
+
+METHODS = {"a": "no model", "b": "online model", "c": "shipped model", "d": "MetaSchedule"}
+
+
+def best_so_far(latencies: list[float]) -> list[float]:
+    out, best = [], float("inf")
+    for lat in latencies:
+        best = min(best, lat)
+        out.append(best)
+    return out
+
+
+def autosched_run(task, session, cfg):
+    from autosched.apply import schedule_from_record
+    from autosched.db import MemoryDatabase
+    from autosched.records import Status
+
+    db = MemoryDatabase()
+    session.config = cfg
+    result = session.tune(task, db)
+    recs = [r for r in db.records(task.key) if r.status is not Status.INVALID]
+    curve = best_so_far([r.latency_s for r in recs])
+    final = measure_mod(session, task, schedule_from_record(task.mod, result.best).mod)
+    return {"curve": curve, "final_s": final, "tune_s": result.elapsed_s, "records": recs}
+
+
+def metaschedule_run(task, session, n_trials: int, seed: int):
+    mod, wall, _, db = run_metaschedule(task, n_trials, seed, return_db=True)
+    lat = [float(np.median([float(x) for x in r.run_secs])) if r.run_secs else float("inf")
+           for r in db.get_all_tuning_records()]
+    return {"curve": best_so_far(lat), "final_s": measure_mod(session, task, mod) if mod else None, "tune_s": wall}
+
+
+def shipped_accuracy(task, space_records, model) -> float:
+    """Pairwise accuracy of ``model`` on a task's measured candidates (from run a)."""
+    from autosched.apply import schedule_from_record
+    from autosched.cost.features import FeatureExtractor
+    from autosched.cost.training import pairwise_accuracy
+    from autosched.spaces.settings import settings_for
+    from autosched.spaces.trace_space import TraceSearchSpace
+
+    space = TraceSearchSpace(task.mod, task.target, settings_for(task.target))
+    extractor = FeatureExtractor(space.context)
+    ok = [r for r in space_records if np.isfinite(r.latency_s)]
+    X = extractor([schedule_from_record(task.mod, r) for r in ok])
+    lat = np.array([r.latency_s for r in ok])
+    return pairwise_accuracy(model.predict(X), lat.min() / lat, np.zeros(len(ok)))
+
+
+def bench_workload(op: str, seeds: list[int], args, shipped) -> dict:
+    from autosched.config import TuneConfig
+    from autosched.session import TuningSession
+    from autosched.spaces.settings import settings_for
+    from autosched.tasks import make_target, op_task
+
+    target = make_target("llvm", args.threads)
+    task = op_task(op, SHAPES[op], target, settings_for(target).version)
+    row = {"workload": op, "shape": list(SHAPES[op]), "flops": task.flops, "runs": []}
+    base = TuneConfig(n_threads=args.threads)
+    configs = {"a": base.replace(cost_model="none", n_trials=args.long),
+               "b": base.replace(cost_model="xgb", transfer=False, n_trials=args.trials),
+               "c": base.replace(cost_model="xgb", transfer=True, n_trials=args.trials)}
+    with TuningSession(base, task.target_json) as session:
+        for seed in seeds:
+            run = {"seed": seed}
+            for key, cfg in configs.items():
+                res = autosched_run(task, session, cfg.replace(seed=seed))
+                if key == "a" and shipped is not None:
+                    run["shipped_pairwise_accuracy"] = shipped_accuracy(task, res["records"], shipped)
+                res.pop("records")
+                run[key] = res
+            if not args.skip_ms:
+                run["d"] = metaschedule_run(task, session, args.trials, seed)
+            row["runs"].append(run)
+            print(f"  {op} seed {seed}: " + ", ".join(
+                f"{METHODS[k]} {task.flops / run[k]['final_s'] / 1e9:.1f} GFLOPS"
+                for k in METHODS if k in run and run[k].get("final_s")), flush=True)
+    return row
+
+
+def _at(curves: list[list[float]], n: int) -> float:
+    """Median over seeds of the best latency after ``n`` trials (or all, if a run had fewer)."""
+    return statistics.median(c[min(n, len(c)) - 1] for c in curves)
+
+
+def _gflops(flops: float, seconds: float | None) -> str:
+    return f"{flops / seconds / 1e9:.1f}" if seconds and np.isfinite(seconds) else "-"
+
+
+def summarise(rows: list[dict], args) -> dict:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Cost model, {args.threads} thread(s): GFLOPS (median of seeds) and trials to reach 95% "
+                        "of the best any method found")
+    for c in ["workload", "a@64", f"a@{args.long}", "b@64", "c@64", "MS@64", "trials95 a/b/c/MS",
+              "b|c@64 >= a@256", "as@64 >= MS", "shipped acc."]:
+        table.add_column(c)
+    n_model_wins = n_ms_wins = 0
+    accs = []
+    for r in rows:
+        med = {}
+        for k in METHODS:
+            curves = [run[k]["curve"] for run in r["runs"] if k in run]
+            if not curves:
+                continue
+            med[k] = {"at64": _at(curves, args.trials), "atlong": _at(curves, args.long),
+                      "final": statistics.median(run[k]["final_s"] for run in r["runs"] if run[k].get("final_s"))}
+        best_any = min(v["atlong"] for v in med.values())
+        t95 = {}
+        for k in med:
+            per_seed = []
+            for run in r["runs"]:
+                c = run[k]["curve"]
+                hit = next((i + 1 for i, v in enumerate(c) if v <= best_any / 0.95), None)
+                per_seed.append(hit if hit else float("inf"))
+            t95[k] = statistics.median(per_seed)
+        model_at64 = min(med["b"]["at64"], med["c"]["at64"])
+        model_win = model_at64 <= med["a"]["atlong"] * 1.0
+        ms_win = "d" in med and min(med["b"]["final"], med["c"]["final"]) <= med["d"]["final"]
+        n_model_wins += model_win
+        n_ms_wins += bool(ms_win)
+        acc = [run["shipped_pairwise_accuracy"] for run in r["runs"] if "shipped_pairwise_accuracy" in run]
+        accs += acc
+        r.update(summary={"median": med, "trials_to_95": t95, "model64_ge_a_long": model_win, "as64_ge_ms": ms_win,
+                          "shipped_pairwise_accuracy": statistics.median(acc) if acc else None})
+        g = partial(_gflops, r["flops"])
+        fmt = lambda v: "-" if v == float("inf") else f"{v:.0f}"
+        table.add_row(r["workload"], g(med["a"]["at64"]), g(med["a"]["atlong"]), g(med["b"]["at64"]),
+                      g(med["c"]["at64"]), g(med.get("d", {}).get("at64")),
+                      "/".join(fmt(t95.get(k, float("inf"))) for k in METHODS),
+                      "yes" if model_win else "no", "yes" if ms_win else ("-" if "d" not in med else "no"),
+                      f"{statistics.median(acc):.3f}" if acc else "-")
+    Console(width=220).print(table)
+    summary = {"n_model64_ge_a_long": n_model_wins, "n_as64_ge_ms": n_ms_wins, "n_workloads": len(rows),
+               "shipped_pairwise_accuracy_median": statistics.median(accs) if accs else None}
+    print(f"(b) or (c) at {args.trials} >= (a) at {args.long}: {n_model_wins}/{len(rows)} (target >= 6/8); "
+          f"autosched at {args.trials} >= MetaSchedule (re-measured): {n_ms_wins}/{len(rows)} (target: all); "
+          f"shipped model pairwise accuracy on unseen shapes: median "
+          f"{summary['shipped_pairwise_accuracy_median'] or float('nan'):.3f} (target >= 0.75)")
+    return summary
+
+
+def plot(rows: list[dict], args) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, (len(rows) + 1) // 2, figsize=(4.2 * ((len(rows) + 1) // 2), 7), squeeze=False)
+    for ax, r in zip(axes.flat, rows, strict=False):
+        for k, style in zip(METHODS, ["-", "-", "-", "--"], strict=True):
+            curves = [run[k]["curve"] for run in r["runs"] if k in run]
+            if not curves:
+                continue
+            n = min(len(c) for c in curves)
+            med = np.median([c[:n] for c in curves], axis=0)
+            ax.plot(np.arange(1, n + 1), r["flops"] / med / 1e9, style, label=METHODS[k])
+        ax.set_title(f"{r['workload']} {'x'.join(map(str, r['shape']))}", fontsize=9)
+        ax.set_xlabel("measured trials")
+        ax.set_ylabel("best GFLOPS")
+        ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=8)
+    fig.tight_layout()
+    path = RESULTS / "cost_model.png"
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workloads", default=",".join(SHAPES))
+    p.add_argument("--trials", type=int, default=64)
+    p.add_argument("--long", type=int, default=256, help="trials of the no-model search")
+    p.add_argument("--seeds", type=int, default=3, help="seeds for matmul and conv2d (others: 1)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--skip-ms", action="store_true")
+    args = p.parse_args()
+    fair_environment(args.threads)
+    from autosched.session import load_start_model
+
+    shipped = load_start_model("", "llvm")
+    info = machine_info()
+    print(f"machine: {info}; shipped model: {getattr(shipped, 'meta_', {}).get('command')}", flush=True)
+    rows = []
+    for op in args.workloads.split(","):
+        rows.append(bench_workload(op, list(range(args.seeds)) if op in MULTI_SEED else [0], args, shipped))
+        write_json("cost_model", {"machine": info, "args": vars(args), "rows": rows})
+    summary = summarise(rows, args)
+    png = plot(rows, args)
+    path = write_json("cost_model", {"machine": info, "args": vars(args), "rows": rows, "summary": summary})
+    print(f"wrote {path} and {png}")
+
+
+if __name__ == "__main__":
+    main()

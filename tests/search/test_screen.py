@@ -1,0 +1,101 @@
+"""Cost-model screening: more proposals than measurements; screened-out proposals never reach the study or
+the database; the online model starts once it has data; predicted scores are stored with the records."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autosched.cost import FeatureExtractor, RandomCostModel, XGBCostModel
+from autosched.db import MemoryDatabase
+from autosched.measure.base import TaskIO
+from autosched.records import Status
+from autosched.search.optuna_strategy import OptunaStrategy
+from autosched.search.screen import ModelScreen
+from autosched.testing.fakes import NullBuilder, NullRunner
+from autosched.tune import tune_task
+
+
+def _screen(space, start=None, **kw):
+    return ModelScreen(FeatureExtractor(space.context), start_model=start, **kw)
+
+
+def _fitted_random():
+    return RandomCostModel(seed=1).fit(np.zeros((1, 1)), np.zeros(1), np.zeros(1))
+
+
+def test_screened_search_measures_fewer_than_it_proposes(matmul_task, matmul_space):
+    screen = _screen(matmul_space, _fitted_random(), pool_factor=4, online=False)
+    proposed = []
+    original = screen.select
+
+    def spy(pool, n):
+        proposed.extend(pool)
+        return original(pool, n)
+
+    screen.select = spy
+    db, runner = MemoryDatabase(), NullRunner()
+    strategy = OptunaStrategy(matmul_space, matmul_task.key, db.optuna_storage(), "tpe", 0, screen=screen)
+    tune_task(matmul_task, strategy, NullBuilder(), runner, db, TaskIO("x", 1), n_trials=12, batch_size=4)
+    assert runner.n_run == 12 and len(proposed) >= 3 * 12
+    # the real study holds measured trials only: the screened-out proposals lived in a scratch study
+    trials = strategy.study.get_trials()
+    assert len(trials) == 12 and all(t.state is TrialState.COMPLETE for t in trials)
+    stored = {json.dumps(r.decisions, sort_keys=True) for r in db.records()}
+    screened_out = {p.key for p in proposed} - stored
+    assert len(screened_out) >= 2 * 12  # proposals the model turned down: none became a record
+    assert all(r.predicted_score is not None for r in db.records())  # every measured one was screened
+
+
+def test_screen_keeps_the_top_scores_plus_exploration(matmul_space):
+    from autosched.search.screen import Proposal
+
+    class ByFirstFeature:
+        def predict(self, X):
+            return X[:, 0]
+
+    screen = _screen(matmul_space, explore=0.25, seed=0)
+    screen.model = ByFirstFeature()
+    pool = [Proposal({}, str(i), np.array([float(i)])) for i in range(16)]
+    chosen = screen.select(pool, 4)
+    assert [p.key for p in chosen[:3]] == ["15", "14", "13"]  # 3 best by the model
+    assert chosen[3].key not in {"15", "14", "13"}  # 1 exploration pick from the rest
+
+
+def test_online_model_starts_after_min_train_measurements(matmul_task, matmul_space):
+    screen = _screen(matmul_space, min_train=8)
+    db = MemoryDatabase()
+    strategy = OptunaStrategy(matmul_space, matmul_task.key, db.optuna_storage(), "tpe", 0, screen=screen)
+    assert not screen.ready
+    tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), n_trials=8, batch_size=4)
+    assert isinstance(screen.model, XGBCostModel) and screen.ready
+    recs = db.records()
+    assert all(r.predicted_score is None for r in recs)  # nothing was screened before the model existed
+    tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), n_trials=12, batch_size=4)
+    assert all(r.predicted_score is not None for r in db.records()[8:])
+
+
+def test_failed_measurements_train_as_zero_throughput(matmul_task, matmul_space):
+    screen = _screen(matmul_space, min_train=4)
+    db = MemoryDatabase()
+    statuses = iter([Status.RUN_ERROR, Status.OK, Status.OK, Status.TIMEOUT] * 10)
+    runner = NullRunner(status_fn=lambda c: next(statuses))
+    strategy = OptunaStrategy(matmul_space, matmul_task.key, db.optuna_storage(), "tpe", 0, screen=screen)
+    tune_task(matmul_task, strategy, NullBuilder(), runner, db, TaskIO("x", 1), n_trials=8, batch_size=4)
+    assert screen.model is not None
+    failed = [k for k, r in screen._results.items() if not r.ok]
+    assert len(failed) == 4
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random"])
+def test_screen_works_with_other_samplers(matmul_task, matmul_space, sampler):
+    screen = _screen(matmul_space, _fitted_random(), online=False)
+    db = MemoryDatabase()
+    strategy = OptunaStrategy(matmul_space, matmul_task.key, optuna.storages.InMemoryStorage(), sampler, 0,
+                              screen=screen)
+    result = tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), 8, 4)
+    assert result.n_new == 8
