@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -10,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from autosched._tvm import save_json
+from autosched.apply import schedule_from_record
 from autosched.config import TuneConfig
 from autosched.cost import FeatureExtractor, RandomCostModel, XGBCostModel
 from autosched.db import Database, TaskRow
@@ -49,6 +51,16 @@ def load_start_model(path: str, target_family: str) -> XGBCostModel | None:
         return XGBCostModel.load(path, target_family)
     shipped = data_dir("cost_models") / target_family
     return XGBCostModel.load(shipped, target_family) if (shipped / "meta.json").exists() else None
+
+
+def warm_screen(screen: ModelScreen, task: Task, records: list) -> None:
+    """A resumed run: the model learns from what earlier runs measured (their traces are replayed)."""
+    built = [r for r in records if r.status is not Status.INVALID and r.trace_json]
+    if not built:
+        return
+    keys = [json.dumps(r.decisions, sort_keys=True) for r in built]
+    screen.features([schedule_from_record(task.mod, r) for r in built], keys)
+    screen.observe(keys, [MeasureResult(r.status, list(r.latencies_s), r.error) for r in built])
 
 
 class TuningSession:
@@ -115,9 +127,12 @@ class TuningSession:
                                task.flops, task.info))
         if strategy is None:
             space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=cfg.seed)
+            records = db.records(task.key)
+            screen = make_screen(cfg, space, task.target.kind.name)
+            if screen is not None:
+                warm_screen(screen, task, records)
             strategy = OptunaStrategy(space, task.key, db.optuna_storage(), cfg.sampler, cfg.seed,
-                                      seen=seen_from_records(db.records(task.key)),
-                                      screen=make_screen(cfg, space, task.target.kind.name))
+                                      seen=seen_from_records(records), screen=screen)
         return tune_task(task, strategy, self.builder, self.runner, db, self.prepare_io(task), cfg.n_trials,
                          cfg.batch_size, on_progress)
 

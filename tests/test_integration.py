@@ -57,3 +57,20 @@ def test_primfunc_task_uses_the_unscheduled_build_as_reference(tmp_path, cpu_tar
     with TuningSession(cfg, task.target_json) as session:
         result = session.tune(task, db)
     assert result.status_counts[Status.OK] == 4
+
+
+def test_resumed_run_warms_the_online_model_with_earlier_measurements(tmp_path, cpu_target):
+    from autosched.cost import FeatureExtractor
+    from autosched.search.screen import ModelScreen
+    from autosched.session import warm_screen
+    from autosched.spaces.trace_space import TraceSearchSpace
+
+    task = op_task("matmul", (32, 32, 32), cpu_target, settings_for(cpu_target).version)
+    db = open_database(str(tmp_path / "r.db"))
+    cfg = TuneConfig(n_trials=6, batch_size=6, n_threads=1, min_repeat_ms=1, cost_model="none")
+    with TuningSession(cfg, task.target_json) as session:
+        session.tune(task, db)
+    space = TraceSearchSpace(task.mod, cpu_target, settings_for(cpu_target))
+    screen = ModelScreen(FeatureExtractor(space.context), min_train=4)
+    warm_screen(screen, task, db.records(task.key))
+    assert len(screen._features) == 6 and screen.ready  # an online model fitted on the replayed records
