@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train-cost-model", help="train a cross-task XGBoost cost model from tuning databases")
     p.add_argument("--db", action="append", required=True, help="a tuning database (repeat for several)")
     p.add_argument("-o", "--output", required=True, help="folder to write (model.json + meta.json)")
-    p.add_argument("--rounds", type=int, default=300, help="boosting rounds")
+    p.add_argument("--rounds", type=int, default=200, help="boosting rounds")
     p.add_argument("--seed", type=int, default=0)
     p = sub.add_parser("export", help="write a database's tasks and records as JSON lines")
     p.add_argument("--db", required=True)

@@ -11,6 +11,7 @@ bench/cost_model.py, which measure the model on unseen shapes) without a cost mo
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,12 @@ def main() -> None:
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     subprocess.run(["autosched", "export", "--db", str(DB), "-o", str(EXPORT)], check=True)
     subprocess.run(["autosched", "train-cost-model", "--db", str(DB), "-o", str(MODEL)], check=True)
+    meta_path = MODEL / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["command"] = f"python bench/collect_training_data.py  (then: {meta['command']})"
+    meta["rebuild_from_shipped_data"] = (f"autosched import {EXPORT.relative_to(ROOT)} --db /tmp/t.db && "
+                                         f"autosched train-cost-model --db /tmp/t.db -o {MODEL.relative_to(ROOT)}")
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 
 TVM's per-store feature extractor (164 values per buffer store of the lowered program: loop structure,
 vectorisation, parallelism, memory access and reuse, arithmetic intensity) aggregated to one row per
-candidate. ``FEATURE_VERSION`` is stored with every model; change it whenever the columns change.
+candidate: the two stores with the most floating-point work (the compute blocks), the log of the column
+sums over all stores, and the log of the number of stores. ``FEATURE_VERSION`` is stored with every model;
+change it whenever the columns change. (Leave-one-task-out pairwise accuracy on the shipped training data:
+0.76 median (0.73 mean) with this aggregation, 0.69 with column max + mean.)
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ import numpy as np
 
 from autosched._tvm import Schedule, ms
 
-FEATURE_VERSION = "per-store-164:max,mean,log-n-stores:v1"
+FEATURE_VERSION = "per-store-164:top2-float-ops,log-sum,log-n-stores:v2"
 N_PER_STORE = 164
-N_FEATURES = 2 * N_PER_STORE + 1
+N_TOP = 2
+N_FEATURES = (N_TOP + 1) * N_PER_STORE + 1
+N_FLOAT_OP_COLUMNS = 7  # float mad, add/sub, mul, div/mod, compare, math functions, other
 
 
 class FeatureExtractor:
@@ -33,7 +38,13 @@ class FeatureExtractor:
 
 
 def aggregate(rows: np.ndarray) -> np.ndarray:
-    """(n_stores, 164) -> (329,): column max, column mean, log(1 + n_stores)."""
+    """(n_stores, 164) -> (493,): the 2 stores with most float work, log column sums, log(1 + n_stores).
+
+    Per-store values are already log-scaled (log2(1 + x)) by TVM: the sums are taken in linear space."""
     if rows.shape[0] == 0:
         return np.zeros(N_FEATURES)
-    return np.concatenate([rows.max(axis=0), rows.mean(axis=0), [np.log1p(rows.shape[0])]])
+    top = np.zeros((N_TOP, rows.shape[1]))
+    order = np.argsort(-rows[:, :N_FLOAT_OP_COLUMNS].sum(axis=1), kind="stable")[:N_TOP]
+    top[: len(order)] = rows[order]
+    log_sum = np.log2(1 + (np.exp2(np.clip(rows, 0, 60)) - 1).sum(axis=0))
+    return np.concatenate([top.ravel(), log_sum, [np.log1p(rows.shape[0])]])

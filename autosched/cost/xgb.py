@@ -20,7 +20,7 @@ MODEL_FILE, META_FILE = "model.json", "meta.json"
 
 
 class XGBCostModel(CostModel):
-    def __init__(self, n_rounds: int = 150, max_depth: int = 6, eta: float = 0.1, seed: int = 0,
+    def __init__(self, n_rounds: int = 200, max_depth: int = 6, eta: float = 0.1, seed: int = 0,
                  objective: str = "reg:squarederror", target_family: str = "llvm",
                  feature_version: str = FEATURE_VERSION, base: XGBCostModel | None = None):
         self.n_rounds, self.max_depth, self.eta, self.seed = n_rounds, max_depth, eta, seed
