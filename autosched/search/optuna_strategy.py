@@ -4,7 +4,9 @@ How each outcome reaches the sampler (pinned by tests/search/test_optuna_strateg
 - measured OK            -> COMPLETE with value = median latency in seconds (minimised)
 - measured, but failed   -> PRUNED, user_attr status, constraint violated (TPE/NSGA-II/GP learn to avoid it)
 - rejected before build  -> PRUNED, status INVALID, constraint violated; never a measurement
-- same schedule again    -> told the value already measured for it (no new measurement, no new record)
+- same schedule again    -> told the value already measured for it (no new measurement, no new record);
+                            FAIL (ignored by the samplers) if that schedule is still being measured
+- screened out by the cost model -> never in this study: proposals come from a scratch copy (see _screened)
 - our own crash / Ctrl-C -> FAIL
 """
 
@@ -172,8 +174,8 @@ class OptunaStrategy(SearchStrategy):
                 continue
             cand.trace_json = as_python(sch.trace.as_json(remove_postproc=False))
             cand.predicted_score = self._scores.pop(key, None)
-            if self.screen is not None and key not in self.screen._features:
-                self.screen.features([sch], [key])
+            if self.screen is not None:
+                self.screen.ensure_features(sch, key)
             cand.mod_json = save_json(sch.mod)
             self._pending[key] = trial
             out.append(cand)

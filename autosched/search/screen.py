@@ -54,6 +54,11 @@ class ModelScreen:
         self._features.update(zip(keys, X, strict=True))
         return X
 
+    def ensure_features(self, sch: Schedule, key: str) -> None:
+        """Features of a candidate measured without screening (so the online model can learn from it)."""
+        if key not in self._features:
+            self.features([sch], [key])
+
     def select(self, pool: list[Proposal], n: int) -> list[Proposal]:
         """Top ``n - n_explore`` by predicted score, then ``n_explore`` at random from the rest."""
         scores = self.model.predict(np.stack([p.features for p in pool]))
