@@ -49,9 +49,7 @@ def autosched_run(task, session, cfg):
 
 
 def metaschedule_run(task, session, n_trials: int, seed: int):
-    mod, wall, _, db = run_metaschedule(task, n_trials, seed, return_db=True)
-    lat = [float(np.median([float(x) for x in r.run_secs])) if r.run_secs else float("inf")
-           for r in db.get_all_tuning_records()]
+    mod, wall, _, lat = run_metaschedule(task, n_trials, seed, return_curve=True)
     return {"curve": best_so_far(lat), "final_s": measure_mod(session, task, mod) if mod else None, "tune_s": wall}
 
 
@@ -179,7 +177,8 @@ def plot(rows: list[dict], args) -> Path:
                 continue
             n = min(len(c) for c in curves)
             med = np.median([c[:n] for c in curves], axis=0)
-            ax.plot(np.arange(1, n + 1), r["flops"] / med / 1e9, style, label=METHODS[k])
+            ax.plot(np.arange(1, n + 1), r["flops"] / med / 1e9, style, label=METHODS[k],
+                    marker="o" if n == 1 else None)
         ax.set_title(f"{r['workload']} {'x'.join(map(str, r['shape']))}", fontsize=9)
         ax.set_xlabel("measured trials")
         ax.set_ylabel("best GFLOPS")

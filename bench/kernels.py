@@ -80,7 +80,7 @@ def measure_mod(session, task, mod, repeat: int = 5) -> float:
     return res.latency_s
 
 
-def run_metaschedule(task, n_trials: int, seed: int, return_db: bool = False):
+def run_metaschedule(task, n_trials: int, seed: int, return_curve: bool = False):
     from autosched._tvm import install_fast_inspect, ms
 
     work_dir = tempfile.mkdtemp(prefix="ms-")
@@ -96,7 +96,20 @@ def run_metaschedule(task, n_trials: int, seed: int, return_db: bool = False):
     n = len(db.get_all_tuning_records())
     sch = ms.tir_integration.compile_tir(db, task.mod, task.target)
     mod = sch.mod if sch is not None else None
-    return (mod, wall, n, db) if return_db else (mod, wall, n)
+    return (mod, wall, n, measurement_order(work_dir)) if return_curve else (mod, wall, n)
+
+
+def measurement_order(work_dir: str) -> list[float]:
+    """MetaSchedule's median latencies in the order it measured them (its JSON-lines record file is
+    appended as it goes; ``get_all_tuning_records`` returns them sorted by speed)."""
+    import json
+
+    out = []
+    with open(os.path.join(work_dir, "database_tuning_record.json")) as f:
+        for line in f:
+            run_secs = json.loads(line)[1][1]
+            out.append(statistics.median(run_secs) if run_secs else float("inf"))
+    return out
 
 
 def bench_workload(op: str, seeds: list[int], args) -> dict:
