@@ -56,6 +56,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         from autosched.errors import UnknownNameError
 
         raise UnknownNameError("sampler", cfg.sampler, list(SAMPLERS))
+    if cfg.cost_model not in ("xgb", "random", "none"):
+        from autosched.errors import UnknownNameError
+
+        raise UnknownNameError("cost model", cfg.cost_model, ["xgb", "random", "none"])
     target = make_target(args.target, cfg.threads)
     if target.kind.name != "llvm":
         raise UserInputError(f"measuring on {target.kind.name} needs that device; this command measures on llvm (CPU)")

@@ -134,3 +134,12 @@ def test_a_bad_transfer_model_is_refused_before_the_database_opens(tmp_path, cap
     args = ["tune", "--op", "matmul", "--shape", "8,8,8", "--transfer-model", str(tmp_path / "nope"), "--db", str(path)]
     assert main(args) == 2
     assert "not a saved autosched cost model" in capsys.readouterr().err and not path.exists()
+
+
+def test_config_file_with_an_unknown_cost_model_is_refused(tmp_path, existing_db, capsys):
+    cfg = tmp_path / "tune.toml"
+    cfg.write_text('[tune]\ncost_model = "oracle"\n')
+    before = _digest(existing_db)
+    assert main(["tune", "--op", "matmul", "--shape", "8,8,8", "--config", str(cfg), "--db", str(existing_db)]) == 2
+    assert "unknown cost model 'oracle'" in capsys.readouterr().err
+    assert _digest(existing_db) == before
