@@ -10,6 +10,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
+def schedule_key(decisions: list[Any]) -> str:
+    """The identity of a schedule: its effective sampling decisions (two knob settings can give one schedule)."""
+    return json.dumps(decisions, sort_keys=True)
+
+
+def median_latency(status: Status, latencies_s: list[float]) -> float:
+    """Median latency of a correct run; +inf for anything that did not run correctly."""
+    return statistics.median(latencies_s) if status is Status.OK and latencies_s else float("inf")
+
+
 class Status(enum.StrEnum):
     OK = "OK"
     BUILD_ERROR = "BUILD_ERROR"
@@ -33,7 +43,7 @@ class Candidate:
     predicted_score: float | None = None  # the cost model's score, when one screened this candidate
 
     def dedup_key(self) -> str:
-        return json.dumps(self.decisions, sort_keys=True)
+        return schedule_key(self.decisions)
 
 
 @dataclass
@@ -60,7 +70,7 @@ class MeasureResult:
     @property
     def latency_s(self) -> float:
         """Median latency; +inf for anything that did not run correctly."""
-        return statistics.median(self.latencies_s) if self.ok else float("inf")
+        return median_latency(self.status, self.latencies_s)
 
 
 @dataclass
@@ -84,8 +94,7 @@ class TuningRecord:
 
     @property
     def latency_s(self) -> float:
-        ok = self.status is Status.OK and self.latencies_s
-        return statistics.median(self.latencies_s) if ok else float("inf")
+        return median_latency(self.status, self.latencies_s)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
@@ -19,7 +18,7 @@ from autosched.errors import UnknownNameError
 from autosched.measure.base import Builder, Runner, TaskIO
 from autosched.measure.local import LocalBuilder, LocalRunner
 from autosched.paths import data_dir
-from autosched.records import Candidate, MeasureResult, Status
+from autosched.records import Candidate, MeasureResult, Status, schedule_key
 from autosched.search.optuna_strategy import OptunaStrategy, seen_from_records
 from autosched.search.screen import ModelScreen
 from autosched.spaces.settings import settings_for
@@ -58,7 +57,7 @@ def warm_screen(screen: ModelScreen, task: Task, records: list) -> None:
     built = [r for r in records if r.status is not Status.INVALID and r.trace_json]
     if not built:
         return
-    keys = [json.dumps(r.decisions, sort_keys=True) for r in built]
+    keys = [schedule_key(r.decisions) for r in built]
     screen.features([schedule_from_record(task.mod, r) for r in built], keys)
     screen.observe(keys, [MeasureResult(r.status, list(r.latencies_s), r.error) for r in built])
 

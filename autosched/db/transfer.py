@@ -9,7 +9,7 @@ from pathlib import Path
 
 from autosched.db.base import SCHEMA_VERSION, Database, TaskRow
 from autosched.errors import UserInputError
-from autosched.records import TuningRecord
+from autosched.records import TuningRecord, schedule_key
 
 FORMAT = "autosched-export"
 
@@ -66,7 +66,7 @@ def import_jsonl(db: Database, tasks: list[TaskRow], records: list[TuningRecord]
     existing_tasks = {t.task_key for t in db.tasks()}
     for t in tasks:
         db.commit_task(t)
-    have = {(r.task_key, json.dumps(r.decisions), r.created_at) for r in db.records()}
-    new = [r for r in records if (r.task_key, json.dumps(r.decisions), r.created_at) not in have]
+    have = {(r.task_key, schedule_key(r.decisions), r.created_at) for r in db.records()}
+    new = [r for r in records if (r.task_key, schedule_key(r.decisions), r.created_at) not in have]
     db.commit(new)
     return len({t.task_key for t in tasks} - existing_tasks), len(new)

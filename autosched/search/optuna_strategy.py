@@ -12,7 +12,6 @@ How each outcome reaches the sampler (pinned by tests/search/test_optuna_strateg
 
 from __future__ import annotations
 
-import json
 import logging
 import warnings
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from optuna.trial import Trial, TrialState
 
 from autosched._tvm import as_python, save_json
 from autosched.errors import InvalidConfig, UnknownNameError, UserInputError
-from autosched.records import Candidate, MeasureResult, Status
+from autosched.records import Candidate, MeasureResult, Status, schedule_key
 from autosched.search.base import SearchStrategy
 from autosched.search.screen import ModelScreen, Proposal
 from autosched.spaces.base import SearchSpace
@@ -142,7 +141,7 @@ class OptunaStrategy(SearchStrategy):
             except InvalidConfig:
                 scratch.tell(trial, state=TrialState.PRUNED)
                 continue
-            key = json.dumps(self.space.effective_decisions(sch), sort_keys=True)
+            key = schedule_key(self.space.effective_decisions(sch))
             if key not in self._seen and key not in self._pending:
                 pool[key] = (params, sch)  # left RUNNING in the scratch study: the liar spreads the pool
         if not pool:
@@ -224,5 +223,5 @@ class OptunaStrategy(SearchStrategy):
 
 def seen_from_records(records: list) -> dict[str, MeasureResult]:
     """Rebuild the dedup cache from a task's stored records (resuming a run)."""
-    return {json.dumps(r.decisions, sort_keys=True): MeasureResult(r.status, list(r.latencies_s), r.error)
+    return {schedule_key(r.decisions): MeasureResult(r.status, list(r.latencies_s), r.error)
             for r in records if r.status is not Status.INVALID}

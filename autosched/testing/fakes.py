@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 
 from autosched.measure.base import Builder, Runner, TaskIO
-from autosched.records import BuildResult, Candidate, MeasureResult, Status, TuningRecord
+from autosched.records import BuildResult, Candidate, MeasureResult, Status, TuningRecord, schedule_key
 from autosched.search.base import SearchStrategy
 
 
@@ -52,7 +51,7 @@ class ReplayRunner(Runner):
     """Replays the results of stored records, matched by schedule; unknown schedules are RUN_ERRORs."""
 
     def __init__(self, records: list[TuningRecord]):
-        self._by_key = {json.dumps(r.decisions, sort_keys=True): r for r in records}
+        self._by_key = {schedule_key(r.decisions): r for r in records}
 
     def run(self, builds: list[BuildResult], io: TaskIO) -> list[MeasureResult]:
         out = []

@@ -3,8 +3,6 @@ the database; the online model starts once it has data; predicted scores are sto
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import optuna
 import pytest
@@ -13,7 +11,7 @@ from optuna.trial import TrialState
 from autosched.cost import FeatureExtractor, RandomCostModel, XGBCostModel
 from autosched.db import MemoryDatabase
 from autosched.measure.base import TaskIO
-from autosched.records import Status
+from autosched.records import Status, schedule_key
 from autosched.search.optuna_strategy import OptunaStrategy
 from autosched.search.screen import ModelScreen
 from autosched.testing.fakes import NullBuilder, NullRunner
@@ -45,7 +43,7 @@ def test_screened_search_measures_fewer_than_it_proposes(matmul_task, matmul_spa
     # the real study holds measured trials only: the screened-out proposals lived in a scratch study
     trials = strategy.study.get_trials()
     assert len(trials) == 12 and all(t.state is TrialState.COMPLETE for t in trials)
-    stored = {json.dumps(r.decisions, sort_keys=True) for r in db.records()}
+    stored = {schedule_key(r.decisions) for r in db.records()}
     screened_out = {p.key for p in proposed} - stored
     assert len(screened_out) >= 2 * 12  # proposals the model turned down: none became a record
     assert all(r.predicted_score is not None for r in db.records())  # every measured one was screened
