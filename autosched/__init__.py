@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from autosched.api import best_module, load_kernel, tune_operator  # noqa: E402  (imports TVM, with its fixes)
+from autosched.api import (  # noqa: E402  (imports TVM, with its fixes)
+    best_module,
+    compile,
+    extract_model_tasks,
+    load_compiled,
+    load_kernel,
+    load_model,
+    tune_model,
+    tune_operator,
+)
 from autosched.config import TuneConfig  # noqa: E402
 from autosched.db import Database, MemoryDatabase, SQLDatabase, open_database  # noqa: E402
 from autosched.errors import AutoschedError, InvalidConfig, UserInputError  # noqa: E402
@@ -14,6 +23,6 @@ from autosched.version import __version__
 __all__ = [
     "AutoschedError", "Candidate", "Database", "InvalidConfig", "MeasureResult", "MemoryDatabase", "SQLDatabase",
     "Status", "Task", "TuneConfig", "TuneProgress", "TuneResult", "TuningRecord", "UserInputError", "__version__",
-    "best_module", "load_kernel", "make_target", "op_task", "open_database", "primfunc_task", "tune_operator",
-    "tune_task",
+    "best_module", "compile", "extract_model_tasks", "load_compiled", "load_kernel", "load_model", "make_target",
+    "op_task", "open_database", "primfunc_task", "tune_model", "tune_operator", "tune_task",
 ]

@@ -49,3 +49,66 @@ def load_kernel(db: str | Database, task_key: str) -> Any:
     import json
 
     return tvm.compile(mod, target=Target(json.loads(row.target))).mod
+
+
+# --- whole models ----------------------------------------------------------------------------------------
+def load_model(source: Any, inputs: dict[str, tuple[int, ...]] | None = None, example_inputs: tuple | None = None,
+               name: str | None = None):
+    """An ONNX path or ModelProto, a ``torch.nn.Module`` (with ``example_inputs``), a Relax IRModule, or
+    ``"zoo:NAME"`` (a built-in model, exported to ONNX)."""
+    from autosched.models.frontends import load_model as _load
+
+    if isinstance(source, str) and source.startswith("zoo:"):
+        import tempfile
+
+        from autosched.models import zoo
+
+        with tempfile.TemporaryDirectory(prefix="autosched-zoo-") as tmp:
+            zoo_name = source.removeprefix("zoo:")
+            return _load(zoo.export_onnx(zoo_name, f"{tmp}/{zoo_name}.onnx"), inputs, name=name or zoo_name)
+    return _load(source, inputs, example_inputs, name)
+
+
+def extract_model_tasks(model: Any, target: str | Target = "llvm", n_threads: int | None = None):
+    """The graph rewrites, then one task per distinct fusion group (what ``tune_model`` tunes)."""
+    from autosched.models.graph import extract_tasks, rewrite
+
+    model = model if hasattr(model, "mod") else load_model(model)
+    target = target if isinstance(target, Target) else make_target(target, n_threads)
+    return extract_tasks(rewrite(model.mod, target), target, settings_for(target).version)
+
+
+def tune_model(model: Any, target: str | Target = "llvm", db: str | Database = "tuning_logs/autosched.db",
+               config: TuneConfig | None = None, on_progress: Callable | None = None):
+    """Tune every fusion group of a model; ``config.n_trials`` per task on average, shared by the scheduler."""
+    from autosched.models.tuning import tune_model_tasks
+    from autosched.session import TuningSession
+
+    config = config or TuneConfig()
+    target = target if isinstance(target, Target) else make_target(target, config.threads)
+    tasks = extract_model_tasks(model, target)
+    database = open_database(db)
+    with TuningSession(config, tasks[0].target_json) as session:
+        return tune_model_tasks(session, tasks, database, config.n_trials, on_progress)
+
+
+def compile(model: Any, target: str | Target = "llvm", db: str | Database | None = None,
+            n_threads: int | None = None):
+    """Build a model with the best schedule of every tuned fusion group in ``db`` (default ones elsewhere).
+
+    Returns a ``CompiledModel``: call it with numpy arrays, ``.time(...)`` it, or ``.export_library(path)``
+    and load that later with ``autosched.load_compiled(path)``.
+    """
+    from autosched.models.build import compile_model
+
+    model = model if hasattr(model, "mod") else load_model(model)
+    target = target if isinstance(target, Target) else make_target(target, n_threads)
+    database = open_database(db, create=False) if db is not None else None
+    return compile_model(model, target, database)
+
+
+def load_compiled(path: str):
+    """A model library written by ``CompiledModel.export_library`` or ``autosched compile -o``."""
+    from autosched.models.build import load_compiled as _load
+
+    return _load(path)

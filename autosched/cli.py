@@ -20,9 +20,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_tune(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tune", help="tune one tensor operator and store every measurement in a database")
-    p.add_argument("--op", required=True, help="catalog operator: matmul, batch_matmul, dense, conv2d, ...")
-    p.add_argument("--shape", required=True, help="comma-separated sizes, e.g. 512,512,512")
+    p = sub.add_parser("tune", help="tune a model (ONNX file or zoo:NAME) or one tensor operator (--op)")
+    p.add_argument("model", nargs="?", help="an .onnx file, or zoo:mlp | zoo:resnet18 | zoo:bert (built-in)")
+    p.add_argument("--input", action="append", help="shape of a model input, NAME:1x3x224x224 (repeatable)")
+    p.add_argument("--op", help="catalog operator: matmul, batch_matmul, dense, conv2d, ...")
+    p.add_argument("--shape", help="operator sizes, comma-separated, e.g. 512,512,512 (with --op)")
     p.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, a TVM tag, or a JSON dict")
     p.add_argument("--trials", type=int, help="measured candidates per task, earlier runs included (64)")
     p.add_argument("--db", default="tuning_logs/autosched.db", help="SQLite path or SQLAlchemy URL")
@@ -39,11 +41,38 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--transfer-model", help="a saved cost-model folder to start from instead of the shipped one")
 
 
+def _model_args(p: argparse.ArgumentParser, threads_default: int | None = None) -> None:
+    p.add_argument("model", help="an .onnx file, or zoo:mlp | zoo:resnet18 | zoo:bert (built-in)")
+    p.add_argument("--input", action="append", help="shape of a model input, NAME:1x3x224x224 (repeatable)")
+    p.add_argument("--target", default="llvm", help="llvm (this CPU) or a JSON dict; must match the tuning run's")
+    p.add_argument("--threads", type=int, default=threads_default,
+                   help="CPU threads (part of the target, as when tuning; default: all cores)")
+
+
+def _add_model_commands(sub: argparse._SubParsersAction) -> None:
+    import os
+
+    cores = os.cpu_count() or 1
+    p = sub.add_parser("inspect", help="graph rewrites, fusion groups and memory plan of a model")
+    _model_args(p, cores)
+    p = sub.add_parser("compile", help="build a model with its tuned schedules into a shared library")
+    _model_args(p, cores)
+    p.add_argument("--db", required=True, help="tuning database (SQLite path or SQLAlchemy URL)")
+    p.add_argument("-o", "--output", required=True, help="library to write (a .so; PATH.json is written beside)")
+    p = sub.add_parser("run", help="time a tuned model against the untuned build and ONNX Runtime, check outputs")
+    _model_args(p, cores)
+    p.add_argument("--db", required=True, help="tuning database (SQLite path or SQLAlchemy URL)")
+    p.add_argument("--repeat", type=int, default=5, help="timing samples per build (median reported)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--tolerance", type=float, default=1e-3, help="max relative error vs ONNX Runtime")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autosched", description="Search-based auto-scheduler and autotuner on TVM.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the library does")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_tune(sub)
+    _add_model_commands(sub)
     p = sub.add_parser("show", help="best record per task in a database")
     p.add_argument("--db", required=True)
     p = sub.add_parser("train-cost-model", help="train a cross-task XGBoost cost model from tuning databases")
@@ -70,9 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.argv = argv  # recorded by commands that write artefacts (the command that rebuilds them)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="%(levelname)s %(name)s: %(message)s")
-        from autosched import commands
+        from autosched import commands, model_commands
 
-        return getattr(commands, f"cmd_{args.command.replace('-', '_')}")(args)
+        module = model_commands if args.command in ("inspect", "compile", "run") else commands
+        return getattr(module, f"cmd_{args.command.replace('-', '_')}")(args)
     except UserInputError as e:
         err.print(f"autosched: error: {e}", style="red", highlight=False, soft_wrap=True)
         return EXIT_USER_ERROR

@@ -47,6 +47,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from autosched.tasks import make_target, op_task
     from autosched.workloads import get_workload, parse_shape
 
+    if args.model and args.op:
+        raise UserInputError("give either a MODEL or --op, not both")
+    if args.model:
+        from autosched.model_commands import tune_model_command
+
+        return tune_model_command(args)
+    if not args.op or not args.shape:
+        raise UserInputError("nothing to tune: give a MODEL (an .onnx file or zoo:NAME) or --op OP --shape DIMS")
     # Validate everything before the database is opened or created: bad input leaves it untouched.
     cfg = _config(args)
     workload = get_workload(args.op)

@@ -119,19 +119,23 @@ class TuningSession:
         return self.runner.run(self.builder.build([Candidate(task.key, {}, mod_json=save_json(task.mod))]), io)[0]
 
     # --- tuning --------------------------------------------------------------------------------------------
+    def strategy(self, task: Task, db: Database) -> OptunaStrategy:
+        """The task's Optuna search (resuming its study), screened by the configured cost model."""
+        cfg = self.config
+        space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=cfg.seed)
+        records = db.records(task.key)
+        screen = make_screen(cfg, space, task.target.kind.name)
+        if screen is not None:
+            warm_screen(screen, task, records)
+        return OptunaStrategy(space, task.key, db.optuna_storage(), cfg.sampler, cfg.seed,
+                              seen=seen_from_records(records), screen=screen)
+
     def tune(self, task: Task, db: Database, on_progress: Callable[[TuneProgress], None] | None = None,
-             strategy: OptunaStrategy | None = None) -> TuneResult:
+             strategy: OptunaStrategy | None = None, n_trials: int | None = None) -> TuneResult:
+        """Measure until the task has ``n_trials`` (default: the config's) measurements in ``db``."""
         cfg = self.config
         db.commit_task(TaskRow(task.key, task.name, task.target_json, task.space_version, save_json(task.mod),
                                task.flops, task.info))
-        if strategy is None:
-            space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=cfg.seed)
-            records = db.records(task.key)
-            screen = make_screen(cfg, space, task.target.kind.name)
-            if screen is not None:
-                warm_screen(screen, task, records)
-            strategy = OptunaStrategy(space, task.key, db.optuna_storage(), cfg.sampler, cfg.seed,
-                                      seen=seen_from_records(records), screen=screen)
-        return tune_task(task, strategy, self.builder, self.runner, db, self.prepare_io(task), cfg.n_trials,
-                         cfg.batch_size, on_progress)
-
+        strategy = strategy or self.strategy(task, db)
+        return tune_task(task, strategy, self.builder, self.runner, db, self.prepare_io(task),
+                         n_trials or cfg.n_trials, cfg.batch_size, on_progress)

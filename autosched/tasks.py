@@ -72,7 +72,9 @@ class Task:
     def random_inputs(self, seed: int) -> list[np.ndarray]:
         rng = np.random.default_rng(seed)
         specs = self.arg_specs()[: -self.n_outputs]
-        return [rng.standard_normal(shape).astype(dtype) for shape, dtype in specs]
+        return [rng.standard_normal(shape).astype(dtype) if np.issubdtype(np.dtype(dtype), np.floating)
+                else np.zeros(shape, dtype)  # integer inputs are mostly indices: zero is always in range
+                for shape, dtype in specs]
 
 
 def op_task(op: str, shape: tuple[int, ...], target: Target, space_version: int) -> Task:

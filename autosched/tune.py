@@ -35,8 +35,12 @@ class TuneProgress:
 
     @property
     def eta_s(self) -> float:
-        new = self.n_done - self.n_done_at_start
-        return self.elapsed_s / new * (self.n_total - self.n_done) if new else float("nan")
+        return eta_s(self.elapsed_s, self.n_done - self.n_done_at_start, self.n_total - self.n_done)
+
+
+def eta_s(elapsed_s: float, n_new: int, n_left: int) -> float:
+    """Seconds left at the pace of this run so far (NaN before the first new measurement)."""
+    return elapsed_s / n_new * n_left if n_new else float("nan")
 
 
 @dataclass
@@ -61,6 +65,14 @@ def to_record(task: Task, cand: Candidate, res: MeasureResult) -> TuningRecord:
     return TuningRecord(task.key, task.target_json, cand.params, cand.decisions, cand.trace_json, res.status,
                         res.latencies_s, res.error, __version__, TVM_VERSION, task.space_version,
                         predicted_score=cand.predicted_score)
+
+
+BASELINE_DECISIONS = ["unscheduled"]  # the default build as a record: no trace, never equal to a searched schedule
+
+
+def baseline_record(task: Task, res: MeasureResult) -> TuningRecord:
+    """TVM's default (unscheduled) build, measured, as a record: it competes in ``best`` like any schedule."""
+    return to_record(task, Candidate(task.key, {"baseline": "unscheduled"}, list(BASELINE_DECISIONS)), res)
 
 
 def tune_task(task: Task, strategy: SearchStrategy, builder: Builder, runner: Runner, db: Database, io: TaskIO,

@@ -32,7 +32,8 @@ BAD_TUNE = [
     (["--op", "matmul", "--shape", "8,8,8", "--target", "tpu9000"], "unknown target 'tpu9000'"),
     (["--op", "matmul", "--shape", "8,8,8", "--sampler", "annealing"], "unknown sampler 'annealing'"),
     (["--op", "matmul", "--shape", "8,8,8", "--trials", "0"], "--trials must be at least 1"),
-    (["--shape", "8,8,8"], "the following arguments are required: --op"),
+    (["--shape", "8,8,8"], "nothing to tune: give a MODEL"),
+    (["m.onnx", "--op", "matmul"], "give either a MODEL or --op"),
 ]
 
 

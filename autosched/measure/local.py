@@ -122,8 +122,9 @@ class LocalRunner(Runner):
         except Exception as e:  # noqa: BLE001 - a crash is this candidate's result
             status, lat, err = Status.RUN_ERROR, [], _one_line(e)
         finally:
-            if b.artifact_path and os.path.exists(b.artifact_path):
-                os.remove(b.artifact_path)
+            for path in (b.artifact_path, f"{b.artifact_path}.timed.json"):
+                if b.artifact_path and os.path.exists(path):
+                    os.remove(path)
         return MeasureResult(status, lat, err, build_s=b.build_s, run_s=time.perf_counter() - start)
 
     def reference_outputs(self, lib_path: str, io: TaskIO) -> list:

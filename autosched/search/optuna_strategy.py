@@ -222,6 +222,7 @@ class OptunaStrategy(SearchStrategy):
 
 
 def seen_from_records(records: list) -> dict[str, MeasureResult]:
-    """Rebuild the dedup cache from a task's stored records (resuming a run)."""
+    """Rebuild the dedup cache from a task's stored records (resuming a run). Baseline records (the
+    unscheduled build, no trace) are not points of the search space and stay out."""
     return {schedule_key(r.decisions): MeasureResult(r.status, list(r.latencies_s), r.error)
-            for r in records if r.status is not Status.INVALID}
+            for r in records if r.status is not Status.INVALID and r.trace_json is not None}

@@ -1,0 +1,212 @@
+"""CLI commands for whole models: ``tune MODEL``, ``inspect``, ``compile``, ``run`` (parsing is in cli.py).
+
+Every command loads and rewrites the model before it opens a database or writes a file, so bad input
+(missing file, not ONNX, unknown input name, wrong rank) stops it with nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from autosched.commands import _config, _fmt_s, _gflops, err, out
+from autosched.errors import UserInputError
+
+
+def _load(args: argparse.Namespace, n_threads: int):
+    """(model, target, fused module) from the command's MODEL, --input, --target and thread count."""
+    from autosched.api import load_model
+    from autosched.models.frontends import parse_input_shapes
+    from autosched.models.graph import rewrite
+    from autosched.tasks import make_target
+
+    shapes = parse_input_shapes(args.input)
+    target = make_target(args.target, n_threads)
+    if target.kind.name != "llvm":
+        raise UserInputError(f"measuring on {target.kind.name} needs that device; models run on llvm (CPU) here")
+    model = load_model(args.model, shapes)
+    return model, target, rewrite(model.mod, target)
+
+
+def _mb(n_bytes: float) -> str:
+    return f"{n_bytes / 2**20:.2f} MiB"
+
+
+# --- inspect ---------------------------------------------------------------------------------------------
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from autosched.api import load_model
+    from autosched.models.frontends import parse_input_shapes
+    from autosched.models.graph import extract_tasks, fusion_groups, memory_plan, rewrite
+    from autosched.spaces.settings import settings_for
+    from autosched.tasks import make_target
+
+    target = make_target(args.target, args.threads)
+    model = load_model(args.model, parse_input_shapes(args.input))
+    changes = []
+    fused = rewrite(model.mod, target, on_pass=changes.append)
+    out.print(f"[bold]{model.name}[/] ({model.source}) inputs: "
+              + ", ".join(f"{s.name} {'x'.join(map(str, s.shape))} {s.dtype}" for s in model.inputs))
+
+    table = Table(title="graph rewrites (operators before -> after)")
+    for col in ("pass", "ops before", "ops after", "what changed"):
+        table.add_column(col, justify="right" if col.startswith("ops") else "left")
+    for c in changes:
+        shown = _summary(c.changed)
+        table.add_row(c.name, str(sum(c.before.values())), str(sum(c.after.values())), shown or "-")
+    out.print(table)
+
+    groups = fusion_groups(fused)
+    keys = {t.info["group"]: t.key for t in extract_tasks(fused, target, settings_for(target).version)}
+    total_flops = sum(g.flops * g.weight for g in groups) or 1.0
+    table = Table(title=f"fusion groups: {len(groups)} distinct, {sum(g.weight for g in groups)} calls, "
+                        f"{len(set(keys.values()))} tasks")
+    for col in ("group", "pattern", "calls (weight)", "MFLOP per call", "share of FLOPs", "task key"):
+        table.add_column(col, justify="left" if col in ("group", "pattern", "task key") else "right")
+    for g in groups:
+        flops = g.flops
+        table.add_row(g.name, g.pattern, str(g.weight), f"{flops / 1e6:.2f}",
+                      f"{flops * g.weight / total_flops:.1%}", keys.get(g.name, "(merged)"))
+    out.print(table)
+
+    plan = memory_plan(fused, target)
+    saved = 1 - plan.planned_bytes / plan.unplanned_bytes if plan.unplanned_bytes else 0.0
+    out.print(f"memory of intermediates: peak {_mb(plan.planned_bytes)} after static memory planning "
+              f"({plan.n_tensors} tensors in {plan.n_storages} storage blocks), {_mb(plan.unplanned_bytes)} "
+              f"without it ({saved:.0%} saved)")
+    return 0
+
+
+def _summary(changed: dict[str, int]) -> str:
+    """'+4 add, -2 divide', with TIR kernels and fused-group calls counted as one kind each."""
+    kinds: dict[str, int] = {}
+    for key, delta in changed.items():
+        prefix = key.split(":")[0] if ":" in key else None
+        kind = {"tir": "TIR kernel calls", "call": "fused-group calls"}.get(prefix, key)
+        kinds[kind] = kinds.get(kind, 0) + delta
+    diff = sorted(((k, v) for k, v in kinds.items() if v), key=lambda kv: -abs(kv[1]))
+    return ", ".join(f"{v:+d} {k}" for k, v in diff[:5]) + (f", ... ({len(diff) - 5} more)" if len(diff) > 5 else "")
+
+
+# --- tune ------------------------------------------------------------------------------------------------
+def tune_model_command(args: argparse.Namespace) -> int:
+    from autosched.db import open_database
+    from autosched.models.graph import extract_tasks
+    from autosched.models.tuning import tune_model_tasks
+    from autosched.session import TuningSession, load_start_model
+    from autosched.spaces.settings import settings_for
+
+    cfg = _config(args)
+    model, target, fused = _load(args, cfg.threads)
+    tasks = extract_tasks(fused, target, settings_for(target).version)
+    if cfg.cost_model == "xgb" and cfg.transfer:
+        load_start_model(cfg.transfer_model, target.kind.name)
+    db = open_database(args.db)
+    err.print(f"{model.name}: {len(tasks)} tasks, {cfg.n_trials} trials per task on average "
+              f"({cfg.n_trials * len(tasks)} in all, earlier runs in {args.db} included)")
+    with TuningSession(cfg, tasks[0].target_json) as session, Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("est. {task.fields[est]} (untuned {task.fields[untuned]})"), TextColumn("{task.fields[now]}"),
+            TimeElapsedColumn(), TextColumn("left ~{task.fields[eta]}"), console=err) as bar:
+        bar_id = bar.add_task(model.name, total=cfg.n_trials * len(tasks), est="?", untuned="?", now="", eta="?")
+
+        def on_progress(p) -> None:
+            bar.update(bar_id, completed=p.n_done, est=_fmt_s(p.estimated_s), untuned=_fmt_s(p.untuned_s),
+                       now=p.task_name, eta=f"{p.eta_s:.0f}s" if p.eta_s == p.eta_s else "?")
+
+        result = tune_model_tasks(session, tasks, db, cfg.n_trials, on_progress)
+    _print_model_table(model.name, result, args.db)
+    db.close()
+    return 0
+
+
+def _print_model_table(name: str, result, db_path: str) -> None:
+    table = Table(title=f"autosched tune: {name}")
+    for col in ("task", "pattern", "weight", "trials", "untuned", "best", "GFLOPS", "speedup", "share of est."):
+        table.add_column(col, justify="left" if col in ("task", "pattern") else "right")
+    total = result.estimated_s or 1.0
+    for s in sorted(result.states, key=lambda s: -s.contribution_s):
+        speedup = s.untuned_s / s.best_s if s.best_s < float("inf") and s.untuned_s < float("inf") else float("nan")
+        table.add_row(s.task.name, s.task.info.get("pattern", ""), str(s.task.weight), str(s.n_trials),
+                      _fmt_s(s.untuned_s), _fmt_s(s.best_s), _gflops(s.task.flops, s.best_s),
+                      f"{speedup:.1f}x" if speedup == speedup else "-", f"{s.contribution_s / total:.0%}")
+    out.print(table)
+    gain = result.untuned_s / result.estimated_s if result.estimated_s else float("nan")
+    out.print(f"estimated kernel time per inference: {_fmt_s(result.estimated_s)} (untuned {_fmt_s(result.untuned_s)}, "
+              f"{gain:.1f}x); {result.n_new} new measurements in {result.elapsed_s:.0f} s; database: {db_path}")
+
+
+# --- compile / run ---------------------------------------------------------------------------------------
+def _open_existing(path: str):
+    from autosched.db import open_database
+
+    return open_database(path, create=False)
+
+
+def _warn_if_no_match(compiled, db, target) -> None:
+    """Nothing tuned was found: say so if the database holds tasks for another target (e.g. thread count)."""
+    import json
+
+    if compiled.counts()["tuned"] or not db.tasks():
+        return
+    others = {json.loads(t.target).get("num-cores") for t in db.tasks()}
+    err.print(f"warning: none of the {len(db.tasks())} tasks in the database is for this target "
+              f"({target.kind.name}, {target.attrs.get('num-cores')} threads); it holds tasks for "
+              f"{', '.join(str(o) for o in sorted(others, key=str))} thread(s): use the --target and --threads "
+              "of the tuning run", style="yellow")
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from autosched.models.build import compile_model
+
+    model, target, _ = _load(args, args.threads)
+    output = Path(args.output)
+    if output.is_dir():
+        raise UserInputError(f"-o {output} is a folder: give a file path such as {output / (model.name + '.so')}")
+    db = _open_existing(args.db)
+    compiled = compile_model(model, target, db)
+    _warn_if_no_match(compiled, db, target)
+    compiled.export_library(output)
+    n = compiled.counts()
+    out.print(f"{model.name}: {len(compiled.sources)} fusion groups: {n['tuned']} tuned (best record in {args.db}), "
+              f"{n['default']} default schedule, {n['unscheduled']} unscheduled; wrote {output} and {output}.json")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from autosched.models.build import compile_model, compile_unscheduled
+    from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime, time_onnxruntime
+
+    model, target, _ = _load(args, args.threads)
+    session = onnxruntime_session(model, args.threads)  # refuses non-ONNX models before any build
+    db = _open_existing(args.db)
+    inputs = model.random_inputs(args.seed)
+    want = run_onnxruntime(session, model, inputs)
+    tuned = compile_model(model, target, db)
+    _warn_if_no_match(tuned, db, target)
+    untuned = compile_unscheduled(model, target)
+    rows = [("autosched (tuned)", tuned), ("TVM untuned", untuned)]
+    table = Table(title=f"autosched run: {model.name}, {args.threads} thread(s)")
+    for col in ("build", "median latency", "vs untuned", "vs ONNX Runtime", "max rel. error vs ORT"):
+        table.add_column(col, justify="left" if col == "build" else "right")
+    ort_s = float(np.median(time_onnxruntime(session, model, inputs, args.repeat)))
+    untuned_s = float(np.median(untuned.time(inputs, args.threads, repeat=max(args.repeat // 2, 1), min_repeat_ms=0)))
+    worst = 0.0
+    for label, built in rows:
+        error = max_relative_error(built(*inputs), want)
+        worst = max(worst, error) if built is tuned else worst
+        seconds = untuned_s if built is untuned else float(np.median(built.time(inputs, args.threads, args.repeat)))
+        table.add_row(label, _fmt_s(seconds), f"{untuned_s / seconds:.1f}x", f"{ort_s / seconds:.2f}x", f"{error:.2e}")
+    table.add_row("ONNX Runtime", _fmt_s(ort_s), f"{untuned_s / ort_s:.1f}x", "1.00x", "-")
+    out.print(table)
+    n = tuned.counts()
+    out.print(f"fusion groups: {n['tuned']} tuned, {n['default']} default schedule, {n['unscheduled']} unscheduled")
+    if worst > args.tolerance:
+        err.print(f"autosched: error: tuned outputs differ from ONNX Runtime's (max rel. error {worst:.2e} > "
+                  f"{args.tolerance:g})", style="red")
+        return 1
+    out.print(f"outputs match ONNX Runtime (max rel. error {worst:.2e} <= {args.tolerance:g})")
+    return 0

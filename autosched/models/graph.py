@@ -1,0 +1,216 @@
+"""Graph-level rewrites, fusion groups and task extraction.
+
+``GRAPH_PASSES`` is the one ordered pass list used both to extract tasks (tuning) and to compile (inference),
+so every tuned fusion group is found again, by key, when the model is built.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from autosched._tvm import IRModule, PrimFunc, Target, estimate_flops, relax, tvm
+from autosched.tasks import Task, primfunc_task
+
+PATTERNS = {0: "elementwise", 1: "broadcast", 2: "injective", 3: "reduction", 4: "out-elementwise-fusable",
+            7: "tuple", 8: "opaque"}
+
+
+def _fold_batch_norm() -> tvm.transform.Pass:
+    from tvm.relax.transform.fold_batch_norm_to_conv2d_for_inference import FoldBatchnormToConv2D
+
+    return FoldBatchnormToConv2D()
+
+
+T = relax.transform
+# (name shown by `autosched inspect`, pass factory). Order matters: BN folds into conv weights while it is
+# still a batch_norm op; constants fold at graph level (weights computed by constant subgraphs) and again
+# after legalization; AttachAttrLayoutFreeBuffers lets schedules choose the layout of constant weights.
+GRAPH_PASSES: list[tuple[str, Callable[[], tvm.transform.Pass]]] = [
+    ("fold batch-norm into conv weights", _fold_batch_norm),
+    ("decompose remaining ops for inference", T.DecomposeOpsForInference),
+    ("canonicalize bindings", T.CanonicalizeBindings),
+    ("eliminate common subexpressions", T.EliminateCommonSubexpr),
+    ("fold constants", T.FoldConstant),
+    ("eliminate dead code", T.DeadCodeElimination),
+    ("legalize ops to TIR", T.LegalizeOps),
+    ("annotate op patterns", T.AnnotateTIROpPattern),
+    ("fold constants (legalized)", T.FoldConstant),
+    ("eliminate dead code (legalized)", T.DeadCodeElimination),
+    ("fuse ops into groups", T.FuseOps),
+    ("merge each group into one PrimFunc", T.FuseTIR),
+    ("eliminate dead code (fused)", T.DeadCodeElimination),
+    ("re-annotate op patterns", T.AnnotateTIROpPattern),
+    ("mark constant weights layout-free", T.AttachAttrLayoutFreeBuffers),
+]
+
+# After the schedules are in: weight-layout rewrites that schedules inserted move out of the kernels into
+# their own functions, which constant folding then evaluates once at compile time.
+FINISH_PASSES: list[tuple[str, Callable[[], tvm.transform.Pass]]] = [
+    ("split weight-layout rewrites", T.SplitLayoutRewritePreproc),
+    ("fold rewritten weights", T.FoldConstant),
+    ("eliminate dead code", T.DeadCodeElimination),
+]
+
+
+@dataclass
+class PassChange:
+    name: str
+    before: Counter
+    after: Counter
+    seconds: float
+
+    @property
+    def changed(self) -> dict[str, int]:
+        keys = set(self.before) | set(self.after)
+        return {k: self.after[k] - self.before[k] for k in sorted(keys) if self.after[k] != self.before[k]}
+
+
+def op_counts(mod: IRModule) -> Counter:
+    """Operators called by the graph functions (Relax ops by name, TIR calls by their function's stem)."""
+    counts: Counter = Counter()
+
+    def visit(expr: object) -> None:
+        if not isinstance(expr, relax.Call):
+            return
+        op = expr.op
+        if isinstance(op, tvm.ir.Op):
+            if op.name in ("relax.call_tir", "relax.call_tir_inplace"):
+                counts["tir:" + _stem(expr.args[0].name_hint)] += 1
+            else:
+                counts[op.name.removeprefix("relax.")] += 1
+        elif isinstance(op, tvm.ir.GlobalVar):
+            counts["call:" + _stem(op.name_hint)] += 1
+
+    for _, func in _graph_functions(mod):
+        relax.analysis.post_order_visit(func, visit)
+    return counts
+
+
+def _stem(name: str) -> str:
+    return re.sub(r"\d+$", "", name)
+
+
+def _graph_functions(mod: IRModule) -> list[tuple[str, relax.Function]]:
+    return [(gv.name_hint, f) for gv, f in mod.functions.items()
+            if isinstance(f, relax.Function) and not int((f.attrs or {}).get("Primitive", 0))]
+
+
+def run_passes(mod: IRModule, target: Target, passes: list[tuple[str, Callable[[], tvm.transform.Pass]]],
+               on_pass: Callable[[PassChange], None] | None = None) -> IRModule:
+    import time
+
+    with target:
+        for name, make in passes:
+            before = op_counts(mod) if on_pass else None
+            start = time.perf_counter()
+            mod = make()(mod)
+            if on_pass:
+                on_pass(PassChange(name, before, op_counts(mod), time.perf_counter() - start))
+    return mod
+
+
+def rewrite(mod: IRModule, target: Target, on_pass: Callable[[PassChange], None] | None = None) -> IRModule:
+    """The graph rewrites: a Relax module in, one PrimFunc per fusion group out (called from ``main``)."""
+    return run_passes(mod, target, GRAPH_PASSES, on_pass)
+
+
+@dataclass
+class FusionGroup:
+    name: str
+    func: PrimFunc
+    pattern: str
+    weight: int  # calls per inference
+    n_outputs: int
+
+    @property
+    def flops(self) -> float:
+        return estimate_flops(IRModule({"main": self.func}))
+
+
+def fusion_groups(fused: IRModule) -> list[FusionGroup]:
+    """Every PrimFunc the graph calls, with how often it is called (in order of first call)."""
+    calls: dict[str, list] = {}
+
+    def visit(expr: object) -> None:
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name.startswith(
+                "relax.call_tir"):
+            calls.setdefault(expr.args[0].name_hint, []).append(expr)
+
+    for _, func in _graph_functions(fused):
+        relax.analysis.post_order_visit(func, visit)
+    groups = []
+    for name, call_list in calls.items():
+        func = fused[name]
+        n_inputs = len(call_list[0].args[1].fields)
+        pattern = PATTERNS.get(int(func.attrs["op_pattern"]), "opaque") if "op_pattern" in func.attrs else "opaque"
+        groups.append(FusionGroup(name, func, pattern, len(call_list), len(func.params) - n_inputs))
+    return groups
+
+
+def group_module(func: PrimFunc) -> IRModule:
+    """A fusion group's PrimFunc as the module a task tunes (the same normal form at tune and compile time).
+
+    A standalone PrimFunc needs a global symbol to build; ``ungroup`` takes it off again for the graph."""
+    return IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+def ungroup(func: PrimFunc) -> PrimFunc:
+    """A scheduled task PrimFunc, ready to go back into the graph in place of its fusion group."""
+    return func.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
+
+
+def extract_tasks(fused: IRModule, target: Target, space_version: int) -> list[Task]:
+    """One task per distinct fusion group (equal PrimFuncs merged, their call counts summed into the weight)."""
+    by_key: dict[str, Task] = {}
+    for group in fusion_groups(fused):
+        task = primfunc_task(group.name, group_module(group.func), target, space_version, group.weight,
+                             group.n_outputs)
+        task.info.update(pattern=group.pattern, group=group.name)
+        if task.key in by_key:
+            by_key[task.key].weight += group.weight
+        else:
+            by_key[task.key] = task
+    return list(by_key.values())
+
+
+@dataclass
+class MemoryPlan:
+    unplanned_bytes: int  # every intermediate in its own allocation
+    planned_bytes: int  # after TVM's static memory planning (storage reused between intermediates)
+    n_tensors: int
+    n_storages: int
+
+
+def memory_plan(fused: IRModule, target: Target) -> MemoryPlan:
+    """Peak memory of intermediates, before and after ``StaticPlanBlockMemory`` (static shapes only)."""
+    lowered = run_passes(fused, target, [("", T.RewriteDataflowReshape), ("", T.ToNonDataflow),
+                                         ("", T.RemovePurityChecking), ("", T.CallTIRRewrite)])
+    planned = run_passes(lowered, target, [("", T.StaticPlanBlockMemory)])
+    tensors, _ = _allocations(lowered)
+    left, storages = _allocations(planned)
+    return MemoryPlan(sum(tensors), sum(left) + sum(storages), len(tensors), len(storages))
+
+
+def _allocations(mod: IRModule) -> tuple[list[int], list[int]]:
+    """Byte sizes of ``builtin.alloc_tensor`` and ``memory.alloc_storage`` calls in the graph functions."""
+    import numpy as np
+
+    tensors: list[int] = []
+    storages: list[int] = []
+
+    def visit(expr: object) -> None:
+        if not (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op)):
+            return
+        if expr.op.name == "relax.builtin.alloc_tensor":
+            shape = [int(v) for v in expr.args[0].values]
+            dtype = np.dtype(str(expr.args[1].value))
+            tensors.append(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+        elif expr.op.name == "relax.memory.alloc_storage":
+            storages.append(int(expr.args[0].values[0]))
+
+    for _, func in _graph_functions(mod):
+        relax.analysis.post_order_visit(func, visit)
+    return tensors, storages

@@ -1,0 +1,56 @@
+"""ONNX Runtime as the reference implementation (outputs to match) and the peer to time against."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from autosched.errors import UserInputError
+from autosched.models.frontends import Model
+
+
+def onnxruntime_session(model: Model, n_threads: int) -> Any:
+    if model.onnx_bytes is None:
+        raise UserInputError(f"{model.name} is not an ONNX model: ONNX Runtime cannot run it")
+    try:
+        import onnxruntime as ort
+    except ImportError as err:
+        raise UserInputError("comparing with ONNX Runtime needs the onnx extra: pip install 'autosched[onnx]'") from err
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = n_threads, 1
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model.onnx_bytes, opts, providers=["CPUExecutionProvider"])
+
+
+def run_onnxruntime(session: Any, model: Model, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    return list(session.run(None, {spec.name: x for spec, x in zip(model.inputs, inputs, strict=True)}))
+
+
+def time_onnxruntime(session: Any, model: Model, inputs: list[np.ndarray], repeat: int = 5,
+                     min_repeat_s: float = 0.2) -> list[float]:
+    """Seconds per inference: ``repeat`` samples, each the mean over runs filling ``min_repeat_s``."""
+    feed = {spec.name: x for spec, x in zip(model.inputs, inputs, strict=True)}
+    session.run(None, feed)
+    samples = []
+    for _ in range(repeat):
+        n, start = 0, time.perf_counter()
+        while n == 0 or time.perf_counter() - start < min_repeat_s:
+            session.run(None, feed)
+            n += 1
+        samples.append((time.perf_counter() - start) / n)
+    return samples
+
+
+def max_relative_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
+    """Largest |got - want| over all outputs, relative to the largest |want| of that output (at least 1)."""
+    if len(got) != len(want):
+        return float("inf")
+    worst = 0.0
+    for g, w in zip(got, want, strict=True):
+        if g.shape != w.shape:
+            return float("inf")
+        scale = max(float(np.abs(w).max()) if w.size else 1.0, 1.0)
+        worst = max(worst, float(np.abs(g.astype(np.float64) - w).max()) / scale if w.size else 0.0)
+    return worst

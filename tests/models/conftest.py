@@ -1,0 +1,91 @@
+"""Small ONNX models built with onnx.helper (no PyTorch needed), each exercising one graph rewrite."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+RNG = np.random.default_rng(0)
+
+
+def _model(nodes, inputs, outputs, inits, opset=17):
+    graph = helper.make_graph(nodes, "test", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _f32(*shape, scale=0.1):
+    return (RNG.standard_normal(shape) * scale).astype("float32")
+
+
+def conv_bn_relu(channels=8, size=12):
+    """Conv -> BatchNormalization -> Relu (BN folds into the conv weights)."""
+    inits = {"W": _f32(channels, 3, 3, 3), "g": RNG.random(channels, dtype=np.float32) + 0.5,
+             "b": _f32(channels), "m": _f32(channels), "v": RNG.random(channels, dtype=np.float32) + 0.5}
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["bn"], epsilon=1e-5),
+             helper.make_node("Relu", ["bn"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, size, size])], inits), inits
+
+
+def mlp(batch="N", d_in=16, hidden=32, d_out=8):
+    """Gemm -> Relu -> Gemm, batch dimension symbolic unless an int is given."""
+    inits = {"W1": _f32(hidden, d_in), "b1": _f32(hidden), "W2": _f32(d_out, hidden), "b2": _f32(d_out)}
+    nodes = [helper.make_node("Gemm", ["x", "W1", "b1"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "W2", "b2"], ["y"], transB=1)]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, d_in])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, d_out])], inits)
+
+
+def redundant(d=16):
+    """A weight computed by a constant subgraph (W = A + B), two identical MatMul+Relu branches (one after
+    CSE), a dead node, and two structurally equal layers (one task of weight 2)."""
+    inits = {"A": _f32(d, d), "B": _f32(d, d), "W2": _f32(d, d), "W3": _f32(d, d)}
+    nodes = [helper.make_node("Add", ["A", "B"], ["W"]),
+             helper.make_node("MatMul", ["x", "W"], ["m1"]), helper.make_node("Relu", ["m1"], ["r1"]),
+             helper.make_node("MatMul", ["x", "W"], ["m2"]), helper.make_node("Relu", ["m2"], ["r2"]),
+             helper.make_node("Add", ["r1", "r2"], ["s"]),
+             helper.make_node("Sigmoid", ["x"], ["unused"]),
+             helper.make_node("MatMul", ["s", "W2"], ["t"]), helper.make_node("Relu", ["t"], ["u"]),
+             helper.make_node("MatMul", ["u", "W3"], ["v"]), helper.make_node("Relu", ["v"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, d])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, d])], inits), inits
+
+
+def unsupported():
+    nodes = [helper.make_node("Celu", ["x"], ["y"], alpha=1.0)]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], {})
+
+
+def relax_linear():
+    """A Relax module from relax.frontend.nn (entry "forward"): relu(x @ W^T + b), weights bound as constants."""
+    from tvm.relax.frontend import nn
+
+    from autosched._tvm import relax, tvm
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            self.fc = nn.Linear(16, 8)
+
+        def forward(self, x):
+            return nn.relu(self.fc(x))
+
+    mod, params = Tiny().export_tvm(spec={"forward": {"x": nn.spec.Tensor((2, 16), "float32")}})
+    weights = {k: tvm.runtime.tensor(_f32(*[int(d) for d in p.shape])) for k, p in params}
+    return relax.transform.BindParams("forward", weights)(mod)
+
+
+@pytest.fixture()
+def onnx_file(tmp_path):
+    """Write a ModelProto to a file and return its path."""
+
+    def write(proto, name="model.onnx"):
+        path = tmp_path / name
+        onnx.save(proto, str(path))
+        return path
+
+    return write

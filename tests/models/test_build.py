@@ -1,0 +1,123 @@
+"""Inference from the database: tuned groups found again by key, default schedules elsewhere, exported
+libraries load and run, outputs match ONNX Runtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import conv_bn_relu, mlp, redundant
+
+from autosched._tvm import as_python
+from autosched.db import MemoryDatabase, TaskRow
+from autosched.models.build import DEFAULT, TUNED, compile_model, compile_unscheduled, load_compiled
+from autosched.models.frontends import load_model
+from autosched.models.graph import extract_tasks, rewrite
+from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
+from autosched.records import Candidate, MeasureResult, Status
+from autosched.spaces.settings import settings_for
+from autosched.spaces.trace_space import TraceSearchSpace
+from autosched.tune import to_record
+
+pytest.importorskip("onnxruntime")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def record_one_schedule_per_task(model, target, db, seed=1):
+    """What a tuning run leaves behind, in miniature: one measured schedule (a real trace) per task."""
+    tasks = extract_tasks(rewrite(model.mod, target), target, settings_for(target).version)
+    for task in tasks:
+        db.commit_task(TaskRow(task.key, task.name, task.target_json, task.space_version, "", task.flops, {}))
+        space = TraceSearchSpace(task.mod, target, settings_for(target), seed=seed)
+        sch = space.apply(space.default_params())
+        cand = Candidate(task.key, {}, space.effective_decisions(sch),
+                         as_python(sch.trace.as_json(remove_postproc=False)))
+        db.commit([to_record(task, cand, MeasureResult(Status.OK, [1e-3]))])
+    return tasks
+
+
+def _relax_example():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tune_relax", ROOT / "examples" / "relax_module" / "tune_relax.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return load_model(module.build_module(batch=2)[0])
+
+
+def _zoo_onnx(name):
+    from autosched.api import load_model as api_load
+
+    return api_load(f"zoo:{name}")
+
+
+def _zoo_torch(name):
+    from autosched.models import zoo
+
+    module, inputs = zoo.build(name)
+    return load_model(module, example_inputs=inputs)
+
+
+# Every model used in tests and examples (the zoo models as ONNX files, the way the examples and the
+# benchmark import them, and through torch.export where an example does that).
+MODELS = {
+    "conv_bn_relu": lambda: load_model(conv_bn_relu()[0]),
+    "mlp": lambda: load_model(mlp(), {"x": (3, 16)}),
+    "redundant": lambda: load_model(redundant()[0]),
+    "relax_mlp_example": _relax_example,
+    **{f"zoo_{n}_onnx": (lambda n=n: _zoo_onnx(n)) for n in ("tiny_cnn", "tiny_mlp", "mlp", "resnet18", "bert")},
+    **{f"zoo_{n}_torch": (lambda n=n: _zoo_torch(n)) for n in ("tiny_cnn", "tiny_mlp", "bert")},
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_task_extracted_for_tuning_is_found_again_when_compiling(name, cpu_target):
+    if name.startswith("zoo_"):
+        pytest.importorskip("torch")
+    model = MODELS[name]()
+    db = MemoryDatabase()
+    tasks = record_one_schedule_per_task(model, cpu_target, db)
+    compiled = compile_model(model, cpu_target, db)
+    assert set(compiled.sources.values()) == {TUNED}, compiled.sources
+    assert len(compiled.sources) >= len(tasks)
+    inputs = model.random_inputs(0)
+    if model.onnx_bytes is not None:
+        want = run_onnxruntime(onnxruntime_session(model, 1), model, inputs)
+    else:
+        want = compile_unscheduled(model, cpu_target)(*inputs)
+    assert max_relative_error(compiled(*inputs), want) < 1e-4
+
+
+def test_without_records_groups_get_default_schedules_and_match_the_untuned_build(cpu_target, tmp_path):
+    model = load_model(conv_bn_relu()[0])
+    compiled = compile_model(model, cpu_target, MemoryDatabase())
+    assert set(compiled.sources.values()) == {DEFAULT}
+    inputs = model.random_inputs(3)
+    np.testing.assert_allclose(compiled(*inputs)[0], compile_unscheduled(model, cpu_target)(*inputs)[0],
+                               rtol=1e-4, atol=1e-5)
+    path = compiled.export_library(tmp_path / "lib" / "model.so")
+    loaded = load_compiled(path)
+    assert loaded.inputs == model.inputs and loaded.sources == compiled.sources
+    np.testing.assert_array_equal(loaded(*inputs)[0], compiled(*inputs)[0])
+    assert len(loaded.time(inputs, n_threads=1, repeat=2, min_repeat_ms=1)) == 2
+
+
+def test_records_for_another_target_are_not_applied(cpu_target):
+    from autosched.tasks import make_target
+
+    model = load_model(conv_bn_relu()[0])
+    db = MemoryDatabase()
+    record_one_schedule_per_task(model, cpu_target, db)
+    other = make_target("llvm", 7)  # another thread count is another target (and another key)
+    assert set(compile_model(model, other, db).sources.values()) == {DEFAULT}
+
+
+def test_compiled_model_refuses_wrong_inputs(cpu_target):
+    from autosched.errors import UserInputError
+
+    compiled = compile_unscheduled(load_model(conv_bn_relu()[0]), cpu_target)
+    with pytest.raises(UserInputError, match="must have shape"):
+        compiled(np.zeros((1, 3, 5, 5), "float32"))
+    with pytest.raises(UserInputError, match="takes 1 inputs"):
+        compiled()

@@ -1,0 +1,83 @@
+"""Model commands on the command line: inspect, tune MODEL, compile, run; bad input is one line, exit 2,
+nothing written."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from conftest import conv_bn_relu, mlp
+
+from autosched.cli import main
+from autosched.db import open_database
+
+pytest.importorskip("onnxruntime")
+
+
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+def test_inspect_reports_rewrites_groups_and_memory(onnx_file, capsys):
+    path = onnx_file(conv_bn_relu()[0])
+    assert main(["inspect", str(path), "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "fold batch-norm into conv weights" in out and "-1 nn.batch_norm" in out
+    assert "fused_conv2d_add_relu" in out and "out-elementwise-fusable" in out
+    assert "peak" in out and "after static memory planning" in out
+
+
+@pytest.fixture()
+def bad_files(tmp_path, onnx_file):
+    text = tmp_path / "text.onnx"
+    text.write_text("hello\n" * 20)
+    broken = conv_bn_relu()[0]
+    broken.graph.node[0].input[0] = "missing"
+    return {"missing": tmp_path / "missing.onnx", "text": text, "broken": onnx_file(broken, "broken.onnx"),
+            "mlp": onnx_file(mlp(), "mlp.onnx")}
+
+
+BAD = [
+    ("missing", [], "does not exist"),
+    ("text", [], "is not an ONNX model"),
+    ("broken", [], "corrupt ONNX model"),
+    ("mlp", [], "input 'x' has unknown dimensions"),
+    ("mlp", ["--input", "y:2x16"], "unknown input 'y'"),
+    ("mlp", ["--input", "x:2x16x1"], "has rank 3 but input 'x' has rank 2"),
+]
+
+
+@pytest.mark.parametrize("file,extra,message", BAD, ids=[f"{f}-{m[:12]}" for f, _, m in BAD])
+@pytest.mark.parametrize("command", ["tune", "compile", "run", "inspect"])
+def test_bad_model_input_is_one_line_exit_2_nothing_written(command, file, extra, message, bad_files, tmp_path,
+                                                            capsys):
+    db, lib = tmp_path / "new.db", tmp_path / "out" / "model.so"
+    existing = tmp_path / "kept.db"
+    open_database(str(existing)).close()
+    before = _digest(existing)
+    args = {"tune": ["--db", str(db)], "compile": ["--db", str(existing), "-o", str(lib)],
+            "run": ["--db", str(existing)], "inspect": []}[command]
+    assert main([command, str(bad_files[file]), *extra, *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and err.startswith("autosched: error:")
+    assert not db.exists() and not lib.exists() and _digest(existing) == before
+
+
+def test_compile_needs_an_existing_database(onnx_file, tmp_path, capsys):
+    lib = tmp_path / "model.so"
+    assert main(["compile", str(onnx_file(conv_bn_relu()[0])), "--db", str(tmp_path / "nope.db"), "-o", str(lib)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not lib.exists() and not (tmp_path / "nope.db").exists()
+
+
+def test_tune_compile_run_end_to_end(onnx_file, tmp_path, capsys):
+    model, db, lib = onnx_file(mlp(), "mlp.onnx"), tmp_path / "mlp.db", tmp_path / "mlp.so"
+    common = [str(model), "--input", "x:2x16", "--threads", "1"]
+    assert main(["tune", *common, "--trials", "3", "--batch", "2", "--cost-model", "none", "--db", str(db)]) == 0
+    out = capsys.readouterr()
+    assert "estimated kernel time per inference" in out.out and "2 tasks" in out.err
+    assert main(["compile", *common, "--db", str(db), "-o", str(lib)]) == 0
+    assert "2 tuned" in capsys.readouterr().out and lib.exists() and (tmp_path / "mlp.so.json").exists()
+    assert main(["run", *common, "--db", str(db), "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "ONNX Runtime" in out and "outputs match ONNX Runtime" in out and "2 tuned" in out
