@@ -140,8 +140,9 @@ def summarise(rows: list[dict], args) -> dict:
 
     table = Table(title=f"Cost model, {args.threads} thread(s): GFLOPS (median of seeds) and trials to reach 95% "
                         "of the best any method found")
-    for c in ["workload", "a@64", f"a@{args.long}", "b@64", "c@64", "MS@64", "trials95 a/b/c/MS",
-              f"re-measured a@64/a@{args.long}/b/c/MS", f"b|c@64 >= a@{args.long}", "as@64 >= MS", "shipped acc."]:
+    n = args.trials
+    for c in ["workload", f"a@{n}", f"a@{args.long}", f"b@{n}", f"c@{n}", f"MS@{n}", "trials95 a/b/c/MS",
+              f"re-measured a@{n}/a@{args.long}/b/c/MS", f"b|c@{n} >= a@{args.long}", f"as@{n} >= MS", "shipped acc."]:
         table.add_column(c)
     n_model_wins = n_ms_wins = 0
     accs = []

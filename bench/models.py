@@ -82,7 +82,10 @@ def bench_model(name: str, trials: int, threads: list[int], repeat: int, work: P
 
     row: dict = {"model": name, "tasks": len(tasks), "trials": result.n_new, "tune_s": tune_s,
                  "compile_s": compile_s, "sources": dict(tuned.counts()),
-                 "estimated_kernels_s": result.estimated_s, "threads": {}}
+                 "estimated_kernels_s": result.estimated_s, "threads": {},
+                 "per_task": [{"task": s.task.name, "weight": s.task.weight, "flops": s.task.flops,
+                               "trials": s.n_trials, "untuned_s": s.untuned_s, "best_s": s.best_s}
+                              for s in result.states]}
     session = onnxruntime_session(model, 1)
     want = run_onnxruntime(session, model, inputs)
     with torch.no_grad():

@@ -54,3 +54,32 @@ def test_bad_candidates_cost_one_trial_each_and_the_run_finishes(matmul_task):
     errors = [r.error for r in db.records()]
     assert "differs" in errors[3] and "timed out" in errors[2]
     assert result.best.status is Status.OK and result.best.params == {"kind": "good"}
+
+
+def test_weight_layout_rewrite_is_checked_but_not_timed(cpu_target):
+    """A schedule that re-lays out a constant weight inside the kernel: ``main`` (with the rewrite) is
+    checked against the reference, ``main_timed`` (weights already in the new layout) is what gets timed."""
+    import json
+    import os
+
+    from autosched._tvm import as_python
+    from autosched.spaces.settings import settings_for
+    from autosched.spaces.trace_space import TraceSearchSpace
+    from autosched.tasks import op_task, primfunc_task
+
+    dense = op_task("dense", (16, 64, 64), cpu_target, settings_for(cpu_target).version).mod["main"]
+    weight_is_constant = IRModule({"main": dense.with_attr("layout_free_buffers", [1])})  # as in a model graph
+    task = primfunc_task("dense_const_weight", weight_is_constant, cpu_target, settings_for(cpu_target).version)
+    space = TraceSearchSpace(task.mod, cpu_target, settings_for(cpu_target), seed=0)
+    sch = next(s for s in (space.apply(space.default_params(d)) for d in range(len(space.designs)))
+               if "layout_rewrite_preproc" in s.mod.script())
+    cand = Candidate(task.key, {}, [0], as_python(sch.trace.as_json()), mod_json=save_json(sch.mod))
+    cfg = TuneConfig(n_threads=1, repeat=2, min_repeat_ms=1)
+    with TuningSession(cfg, task.target_json) as session:
+        (build,) = session.builder.build([cand])
+        with open(build.artifact_path + ".timed.json") as f:
+            shapes = [tuple(s) for s, _ in json.load(f)]
+        assert shapes[1] != (64, 64) and shapes[0] == (16, 64)  # the weight arrives in the schedule's layout
+        (res,) = session.runner.run([build], session.prepare_io(task))
+    assert res.status is Status.OK and len(res.latencies_s) == 2
+    assert not os.path.exists(build.artifact_path + ".timed.json")  # cleaned up with the library
