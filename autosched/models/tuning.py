@@ -57,12 +57,28 @@ def measured_baseline(session, task: Task, db: Database) -> TuningRecord:
     return rec
 
 
+def share_sibling_bests(task: Task, strategies: dict, tasks: dict[str, Task], db: Database) -> None:
+    """Tasks with the same search space (one convolution with different epilogues, say) try each other's
+    best schedule: queued before the task's next round (a no-op once it is queued or measured)."""
+    own = strategies[task.key]
+    signature = own.space_signature()
+    for key, other in strategies.items():
+        if key == task.key or other.space_signature() != signature:
+            continue
+        best = db.best(key, tasks[key].target_json)
+        if best is not None and best.trace_json is not None:  # not a baseline record
+            own.propose(best.params)
+
+
 def tune_model_tasks(session, tasks: list[Task], db: Database, trials_per_task: int,
                      on_progress: Callable[[ModelProgress], None] | None = None) -> ModelTuneResult:
     """Give the model ``trials_per_task x len(tasks)`` measurements in all (earlier runs included)."""
     start = time.perf_counter()
     states = []
-    for task in tasks:
+    for i, task in enumerate(tasks):
+        if on_progress:
+            on_progress(ModelProgress(0, trials_per_task * len(tasks), float("nan"), float("nan"),
+                                      f"untuned build {i + 1}/{len(tasks)}: {task.name}", time.perf_counter() - start))
         base = measured_baseline(session, task, db)
         best = db.best(task.key, task.target_json)
         states.append(TaskState(task, base.latency_s if base.status is Status.OK else float("inf"),
@@ -82,6 +98,7 @@ def tune_model_tasks(session, tasks: list[Task], db: Database, trials_per_task: 
         task = state.task
         if task.key not in strategies:
             strategies[task.key] = session.strategy(task, db)
+        share_sibling_bests(task, strategies, {s.task.key: s.task for s in states}, db)
         want = state.n_trials + scheduler.round_size(state)
 
         def on_task_progress(p, state=state) -> None:

@@ -117,6 +117,14 @@ class OptunaStrategy(SearchStrategy):
                 raise TypeError(f"knob {name}: unsupported distribution {type(dist).__name__}")
         return params
 
+    def space_signature(self) -> str:
+        """Equal for tasks whose spaces have the same knobs (a schedule of one is a valid point of the other)."""
+        return repr(sorted((name, repr(dist)) for name, dist in self.space.knobs().items()))
+
+    def propose(self, params: dict[str, Any]) -> None:
+        """Measure this setting next (e.g. a similar task's best), unless it is already queued."""
+        self.study.enqueue_trial(params, skip_if_exists=True)
+
     def ask(self, n: int) -> list[Candidate]:
         if self.screen is not None and self.screen.ready:
             for proposal in self._screened(n):

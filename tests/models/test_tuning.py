@@ -33,7 +33,9 @@ def test_tune_model_for_real_then_compile_and_resume(tmp_path, cpu_target):
     for task in tasks:
         records = db.records(task.key)
         assert sum(r.decisions == BASELINE_DECISIONS for r in records) == 1
-    assert seen[-1].n_done == 4 * len(tasks) and seen[-1].estimated_s <= seen[0].estimated_s
+    assert [p.task_name.startswith("untuned build") for p in seen[:len(tasks)]] == [True] * len(tasks)
+    estimates = [p.estimated_s for p in seen[len(tasks):]]
+    assert seen[-1].n_done == 4 * len(tasks) and estimates[-1] <= estimates[0]
     assert result.estimated_s <= result.untuned_s
 
     compiled = compile_model(model, cpu_target, db)
