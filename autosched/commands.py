@@ -37,12 +37,18 @@ def _config(args: argparse.Namespace) -> TuneConfig:
     for flag, value in (("--trials", cfg.n_trials), ("--batch", cfg.batch_size), ("--threads", cfg.threads)):
         if value < 1:
             raise UserInputError(f"{flag} must be at least 1")
+    from autosched.errors import UnknownNameError
+    from autosched.search.optuna_strategy import SAMPLERS
+
+    if cfg.sampler not in SAMPLERS:
+        raise UnknownNameError("sampler", cfg.sampler, list(SAMPLERS))
+    if cfg.cost_model not in ("xgb", "random", "none"):
+        raise UnknownNameError("cost model", cfg.cost_model, ["xgb", "random", "none"])
     return cfg
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from autosched.db import open_database
-    from autosched.search.optuna_strategy import SAMPLERS
     from autosched.spaces.settings import settings_for
     from autosched.tasks import make_target, op_task
     from autosched.workloads import get_workload, parse_shape
@@ -60,14 +66,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     workload = get_workload(args.op)
     shape = parse_shape(args.shape)
     workload.normalise(shape)
-    if cfg.sampler not in SAMPLERS:
-        from autosched.errors import UnknownNameError
-
-        raise UnknownNameError("sampler", cfg.sampler, list(SAMPLERS))
-    if cfg.cost_model not in ("xgb", "random", "none"):
-        from autosched.errors import UnknownNameError
-
-        raise UnknownNameError("cost model", cfg.cost_model, ["xgb", "random", "none"])
     target = make_target(args.target, cfg.threads)
     if target.kind.name != "llvm":
         raise UserInputError(f"measuring on {target.kind.name} needs that device; this command measures on llvm (CPU)")

@@ -24,6 +24,9 @@ def _load(args: argparse.Namespace, n_threads: int):
     from autosched.models.graph import rewrite
     from autosched.tasks import make_target
 
+    for flag, value in (("--threads", n_threads), ("--repeat", getattr(args, "repeat", 1))):
+        if value < 1:
+            raise UserInputError(f"{flag} must be at least 1")
     shapes = parse_input_shapes(args.input)
     target = make_target(args.target, n_threads)
     if target.kind.name != "llvm":
@@ -162,12 +165,12 @@ def _warn_if_no_match(compiled, db, target) -> None:
 def cmd_compile(args: argparse.Namespace) -> int:
     from autosched.models.build import compile_model
 
-    model, target, _ = _load(args, args.threads)
+    model, target, fused = _load(args, args.threads)
     output = Path(args.output)
     if output.is_dir():
         raise UserInputError(f"-o {output} is a folder: give a file path such as {output / (model.name + '.so')}")
     db = _open_existing(args.db)
-    compiled = compile_model(model, target, db)
+    compiled = compile_model(model, target, db, fused=fused)
     _warn_if_no_match(compiled, db, target)
     compiled.export_library(output)
     n = compiled.counts()
@@ -180,27 +183,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     from autosched.models.build import compile_model, compile_unscheduled
     from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime, time_onnxruntime
 
-    model, target, _ = _load(args, args.threads)
+    model, target, fused = _load(args, args.threads)
     session = onnxruntime_session(model, args.threads)  # refuses non-ONNX models before any build
     db = _open_existing(args.db)
     inputs = model.random_inputs(args.seed)
     want = run_onnxruntime(session, model, inputs)
-    tuned = compile_model(model, target, db)
+    tuned = compile_model(model, target, db, fused=fused)
     _warn_if_no_match(tuned, db, target)
-    untuned = compile_unscheduled(model, target)
-    rows = [("autosched (tuned)", tuned), ("TVM untuned", untuned)]
+    untuned = compile_unscheduled(model, target, fused=fused)
+    ort_s = float(np.median(time_onnxruntime(session, model, inputs, args.repeat)))
+    tuned_s = float(np.median(tuned.time(inputs, args.threads, args.repeat)))
+    untuned_s = float(np.median(untuned.time(inputs, args.threads, repeat=max(args.repeat // 2, 1), min_repeat_ms=0)))
+    worst = max_relative_error(tuned(*inputs), want)
     table = Table(title=f"autosched run: {model.name}, {args.threads} thread(s)")
     for col in ("build", "median latency", "vs untuned", "vs ONNX Runtime", "max rel. error vs ORT"):
         table.add_column(col, justify="left" if col == "build" else "right")
-    ort_s = float(np.median(time_onnxruntime(session, model, inputs, args.repeat)))
-    untuned_s = float(np.median(untuned.time(inputs, args.threads, repeat=max(args.repeat // 2, 1), min_repeat_ms=0)))
-    worst = 0.0
-    for label, built in rows:
-        error = max_relative_error(built(*inputs), want)
-        worst = max(worst, error) if built is tuned else worst
-        seconds = untuned_s if built is untuned else float(np.median(built.time(inputs, args.threads, args.repeat)))
-        table.add_row(label, _fmt_s(seconds), f"{untuned_s / seconds:.1f}x", f"{ort_s / seconds:.2f}x", f"{error:.2e}")
-    table.add_row("ONNX Runtime", _fmt_s(ort_s), f"{untuned_s / ort_s:.1f}x", "1.00x", "-")
+    for label, seconds, error in (("autosched (tuned)", tuned_s, f"{worst:.2e}"),
+                                  ("TVM untuned", untuned_s, f"{max_relative_error(untuned(*inputs), want):.2e}"),
+                                  ("ONNX Runtime", ort_s, "-")):
+        table.add_row(label, _fmt_s(seconds), f"{untuned_s / seconds:.1f}x", f"{ort_s / seconds:.2f}x", error)
     out.print(table)
     n = tuned.counts()
     out.print(f"fusion groups: {n['tuned']} tuned, {n['default']} default schedule, {n['unscheduled']} unscheduled")

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fair_environment, load_now, machine_info, write_json  # noqa: E402
+from common import fair_environment, load_now, machine_info, time_callable, write_json  # noqa: E402
 
 MODELS = ("mlp", "resnet18", "bert")
 
@@ -30,15 +30,7 @@ def _torch_time(module, inputs, n_threads: int, repeat: int) -> float:
 
     torch.set_num_threads(n_threads)
     with torch.no_grad():
-        module(*inputs)
-        samples = []
-        for _ in range(repeat):
-            n, start = 0, time.perf_counter()
-            while n == 0 or time.perf_counter() - start < 0.2:
-                module(*inputs)
-                n += 1
-            samples.append((time.perf_counter() - start) / n)
-    return statistics.median(samples)
+        return time_callable(lambda: module(*inputs), repeat, min_repeat_s=0.2)
 
 
 def bench_model(name: str, trials: int, threads: list[int], repeat: int, work: Path) -> dict:
@@ -59,7 +51,8 @@ def bench_model(name: str, trials: int, threads: list[int], repeat: int, work: P
     model = load_model(str(onnx_path))
     inputs = [t.numpy() for t in torch_inputs]
     target = make_target("llvm", 1)
-    tasks = extract_tasks(rewrite(model.mod, target), target, settings_for(target).version)
+    fused = rewrite(model.mod, target)
+    tasks = extract_tasks(fused, target, settings_for(target).version)
     db = open_database(str(work / f"{name}.db"))
 
     print(f"[{name}] {len(tasks)} tasks, tuning {trials} trials per task at 1 thread ...", flush=True)
@@ -76,9 +69,9 @@ def bench_model(name: str, trials: int, threads: list[int], repeat: int, work: P
         result = tune_model_tasks(session, tasks, db, trials, progress)
     tune_s = time.perf_counter() - start
     compile_start = time.perf_counter()
-    tuned = compile_model(model, target, db)
+    tuned = compile_model(model, target, db, fused=fused)
     compile_s = time.perf_counter() - compile_start
-    untuned = compile_unscheduled(model, target)
+    untuned = compile_unscheduled(model, target, fused=fused)
 
     row: dict = {"model": name, "tasks": len(tasks), "trials": result.n_new, "tune_s": tune_s,
                  "compile_s": compile_s, "sources": dict(tuned.counts()),

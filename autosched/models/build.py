@@ -69,16 +69,15 @@ class CompiledModel:
     target: str  # target JSON
     sources: dict[str, str] = field(default_factory=dict)  # fusion group -> tuned | default | unscheduled
     entry: str = "main"
+    _vm_cache: Any = field(default=None, init=False, repr=False, compare=False)
 
     def counts(self) -> Counter:
         return Counter(self.sources.values())
 
     def _vm(self) -> Any:
-        vm = getattr(self, "_vm_cache", None)
-        if vm is None:
-            vm = relax.VirtualMachine(self.executable, cpu_device())
-            self._vm_cache = vm
-        return vm
+        if self._vm_cache is None:
+            self._vm_cache = relax.VirtualMachine(self.executable, cpu_device())
+        return self._vm_cache
 
     def _check(self, arrays: tuple[np.ndarray, ...]) -> list[Any]:
         if len(arrays) != len(self.inputs):
@@ -111,18 +110,19 @@ class CompiledModel:
         return path
 
 
-def compile_model(model: Model, target: Target, db: Database | None = None,
-                  default_schedules: bool = True) -> CompiledModel:
-    """Graph rewrites, the database's best schedules (default ones for the rest), then TVM's build."""
-    fused = rewrite(model.mod, target)
+def compile_model(model: Model, target: Target, db: Database | None = None, default_schedules: bool = True,
+                  fused: IRModule | None = None) -> CompiledModel:
+    """Graph rewrites, the database's best schedules (default ones for the rest), then TVM's build.
+    ``fused``: the model already through ``rewrite`` for this target (saves doing it again)."""
+    fused = fused if fused is not None else rewrite(model.mod, target)
     scheduled, sources = apply_database(fused, target, db, default_schedules)
     final = run_passes(scheduled, target, FINISH_PASSES)
     return CompiledModel(tvm.compile(final, target=target), model.inputs, target_json(target), sources, model.entry)
 
 
-def compile_unscheduled(model: Model, target: Target) -> CompiledModel:
+def compile_unscheduled(model: Model, target: Target, fused: IRModule | None = None) -> CompiledModel:
     """TVM's default CPU build with no schedules at all (the 'untuned' baseline)."""
-    fused = rewrite(model.mod, target)
+    fused = fused if fused is not None else rewrite(model.mod, target)
     return CompiledModel(tvm.compile(fused, target=target), model.inputs, target_json(target),
                          {g.name: UNSCHEDULED for g in fusion_groups(fused)}, model.entry)
 

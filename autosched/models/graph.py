@@ -7,6 +7,7 @@ so every tuned fusion group is found again, by key, when the model is built.
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -100,8 +101,6 @@ def _graph_functions(mod: IRModule) -> list[tuple[str, relax.Function]]:
 
 def run_passes(mod: IRModule, target: Target, passes: list[tuple[str, Callable[[], tvm.transform.Pass]]],
                on_pass: Callable[[PassChange], None] | None = None) -> IRModule:
-    import time
-
     with target:
         for name, make in passes:
             before = op_counts(mod) if on_pass else None

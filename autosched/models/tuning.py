@@ -61,9 +61,8 @@ def share_sibling_bests(task: Task, strategies: dict, tasks: dict[str, Task], db
     """Tasks with the same search space (one convolution with different epilogues, say) try each other's
     best schedule: queued before the task's next round (a no-op once it is queued or measured)."""
     own = strategies[task.key]
-    signature = own.space_signature()
     for key, other in strategies.items():
-        if key == task.key or other.space_signature() != signature:
+        if key == task.key or other.space_signature != own.space_signature:
             continue
         best = db.best(key, tasks[key].target_json)
         if best is not None and best.trace_json is not None:  # not a baseline record
@@ -87,6 +86,7 @@ def tune_model_tasks(session, tasks: list[Task], db: Database, trials_per_task: 
     done_at_start = scheduler.trials_done
     untuned = scheduler.estimated_latency_s
     strategies: dict[str, object] = {}
+    by_key = {s.task.key: s.task for s in states}
 
     def report(name: str) -> None:
         if on_progress:
@@ -98,7 +98,7 @@ def tune_model_tasks(session, tasks: list[Task], db: Database, trials_per_task: 
         task = state.task
         if task.key not in strategies:
             strategies[task.key] = session.strategy(task, db)
-        share_sibling_bests(task, strategies, {s.task.key: s.task for s in states}, db)
+        share_sibling_bests(task, strategies, by_key, db)
         want = state.n_trials + scheduler.round_size(state)
 
         def on_task_progress(p, state=state) -> None:

@@ -12,6 +12,7 @@ How each outcome reaches the sampler (pinned by tests/search/test_optuna_strateg
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from collections.abc import Callable
@@ -117,6 +118,7 @@ class OptunaStrategy(SearchStrategy):
                 raise TypeError(f"knob {name}: unsupported distribution {type(dist).__name__}")
         return params
 
+    @functools.cached_property
     def space_signature(self) -> str:
         """Equal for tasks whose spaces have the same knobs (a schedule of one is a valid point of the other)."""
         return repr(sorted((name, repr(dist)) for name, dist in self.space.knobs().items()))

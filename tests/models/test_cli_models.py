@@ -81,3 +81,24 @@ def test_tune_compile_run_end_to_end(onnx_file, tmp_path, capsys):
     assert main(["run", *common, "--db", str(db), "--repeat", "2"]) == 0
     out = capsys.readouterr().out
     assert "ONNX Runtime" in out and "outputs match ONNX Runtime" in out and "2 tuned" in out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["tune", "--sampler", "annealing"], "unknown sampler 'annealing'"),
+    (["tune", "--cost-model", "oracle"], "invalid choice: 'oracle'"),
+    (["tune", "--trials", "0"], "--trials must be at least 1"),
+    (["run", "--threads", "0"], "--threads must be at least 1"),
+    (["run", "--repeat", "0"], "--repeat must be at least 1"),
+    (["compile", "--threads", "0", "-o", "LIB"], "--threads must be at least 1"),
+])
+def test_bad_flags_for_a_model_are_refused_before_anything_is_written(args, message, onnx_file, tmp_path, capsys):
+    model, db, lib = onnx_file(conv_bn_relu()[0]), tmp_path / "new.db", tmp_path / "model.so"
+    existing = tmp_path / "kept.db"
+    open_database(str(existing)).close()
+    before = _digest(existing)
+    command, *rest = [str(lib) if a == "LIB" else a for a in args]
+    target_db = str(db) if command == "tune" else str(existing)
+    assert main([command, str(model), *rest, "--db", target_db]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not db.exists() and not lib.exists() and _digest(existing) == before
