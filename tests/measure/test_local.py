@@ -83,3 +83,20 @@ def test_weight_layout_rewrite_is_checked_but_not_timed(cpu_target):
         (res,) = session.runner.run([build], session.prepare_io(task))
     assert res.status is Status.OK and len(res.latencies_s) == 2
     assert not os.path.exists(build.artifact_path + ".timed.json")  # cleaned up with the library
+
+
+def test_cutoff_judges_a_warm_run_not_the_cold_checking_run(matmul_task):
+    """A candidate as fast as the best gets its full repeats even though its first (cold) run is slow;
+    only one still slower than ``cutoff_ratio`` x the best when warm is cut to a single timing."""
+    cand = Candidate(matmul_task.key, {}, [0], mod_json=save_json(matmul_task.mod))
+    cfg = TuneConfig(n_threads=1, repeat=3, min_repeat_ms=1)
+    with TuningSession(cfg, matmul_task.target_json) as session:
+        io, runner = session.prepare_io(matmul_task), session.runner
+        (first,) = runner.run(session.builder.build([cand]), io)
+        assert len(first.latencies_s) == 3
+        n_full = sum(len(r.latencies_s) == 3 for _ in range(5)
+                     for r in runner.run(session.builder.build([cand]), io))
+        runner._best_s[io.io_path] = first.latency_s / 100  # now the same kernel is far behind the best
+        (slow,) = runner.run(session.builder.build([cand]), io)
+    assert n_full >= 4  # the same kernel again: timed in full (allowing one noisy warm run)
+    assert slow.status is Status.OK and len(slow.latencies_s) == 1
