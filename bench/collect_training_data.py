@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from common import machine_info  # noqa: E402
 TRAINING_SHAPES = {
     "matmul": [(256, 256, 256), (1024, 256, 512), (128, 1024, 256)],
     "batch_matmul": [(8, 64, 64, 64), (4, 256, 128, 64)],
@@ -26,9 +30,10 @@ TRAINING_SHAPES = {
     "softmax": [(256, 512), (64, 2048)],
     "layer_norm": [(256, 512), (64, 2048)],
 }
-DB = ROOT / "tuning_logs" / "cost_model_training.db"
-EXPORT = ROOT / "tuning_logs" / "cost_model_training.jsonl.gz"
-MODEL = ROOT / "cost_models" / "llvm"
+DB = Path("tuning_logs") / "cost_model_training.db"  # relative to ROOT (the commands run there)
+EXPORT = Path("tuning_logs") / "cost_model_training.jsonl.gz"
+MODEL = Path("cost_models") / "llvm"
+AUTOSCHED = [sys.executable, "-c", "from autosched.cli import main; main()"]  # works without the venv on PATH
 
 
 def main() -> None:
@@ -36,21 +41,41 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
+    os.chdir(ROOT)
+    DB.unlink(missing_ok=True)  # a rebuild starts from scratch (tuning resumes, so an old database adds nothing)
     for op, shapes in TRAINING_SHAPES.items():
         for shape in shapes:
-            cmd = ["autosched", "tune", "--op", op, "--shape", ",".join(map(str, shape)), "--trials",
+            cmd = [*AUTOSCHED, "tune", "--op", op, "--shape", ",".join(map(str, shape)), "--trials",
                    str(args.trials), "--threads", str(args.threads), "--db", str(DB), "--cost-model", "none",
                    "--no-baseline"]
-            print(" ".join(cmd), flush=True)
+            print("autosched", " ".join(cmd[3:]), flush=True)
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["autosched", "export", "--db", str(DB), "-o", str(EXPORT)], check=True)
-    subprocess.run(["autosched", "train-cost-model", "--db", str(DB), "-o", str(MODEL)], check=True)
+    subprocess.run([*AUTOSCHED, "export", "--db", str(DB), "-o", str(EXPORT)], check=True)
+    subprocess.run([*AUTOSCHED, "train-cost-model", "--db", str(DB), "-o", str(MODEL)], check=True)
     meta_path = MODEL / "meta.json"
     meta = json.loads(meta_path.read_text())
     meta["command"] = f"python bench/collect_training_data.py  (then: {meta['command']})"
-    meta["rebuild_from_shipped_data"] = (f"autosched import {EXPORT.relative_to(ROOT)} --db /tmp/t.db && "
-                                         f"autosched train-cost-model --db /tmp/t.db -o {MODEL.relative_to(ROOT)}")
+    meta["rebuild_from_shipped_data"] = (f"autosched import {EXPORT} --db /tmp/t.db && "
+                                         f"autosched train-cost-model --db /tmp/t.db -o {MODEL}")
+    meta["trained_on"]["machine"] = (f"{machine_info()['cpu']} ({platform.machine()}), {args.threads} thread(s), "
+                                     f"{args.trials} trials per task without a cost model")
+    meta["trained_on"]["leave_one_task_out_pairwise_accuracy"] = leave_one_task_out(str(DB))
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def leave_one_task_out(db_path: str) -> dict:
+    """Pairwise accuracy on each task of a model trained on all the others: how well it transfers."""
+    import numpy as np
+
+    from autosched.cost.training import Dataset, dataset_from_databases, pairwise_accuracy, train
+
+    data = dataset_from_databases([db_path])
+    accs = []
+    for g in np.unique(data.groups):
+        rest = data.groups != g
+        model = train(Dataset(data.X[rest], data.y[rest], data.groups[rest], target_family=data.target_family))
+        accs.append(pairwise_accuracy(model.predict(data.X[~rest]), data.y[~rest], data.groups[~rest]))
+    return {"median": round(float(np.median(accs)), 3), "mean": round(float(np.mean(accs)), 3)}
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import Trial, TrialState
@@ -141,25 +142,56 @@ class OptunaStrategy(SearchStrategy):
         scratch = optuna.create_study(sampler=sampler, direction="minimize")
         scratch.add_trials(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
         pool: dict[str, tuple[dict[str, Any], Any]] = {}
-        for _ in range(n * self.screen.pool_factor * 4):
-            if len(pool) >= n * self.screen.pool_factor:
+        want = n * self.screen.pool_factor
+        for _ in range(want * 4):
+            if len(pool) >= want:
                 break
             trial = scratch.ask()
             params = self._suggest(trial)
-            try:
-                sch = self.space.apply(params)
-            except InvalidConfig:
+            if not self._add_to_pool(pool, params):
                 scratch.tell(trial, state=TrialState.PRUNED)
-                continue
-            key = schedule_key(self.space.effective_decisions(sch))
-            if key not in self._seen and key not in self._pending:
-                pool[key] = (params, sch)  # left RUNNING in the scratch study: the liar spreads the pool
+            # a pooled trial is left RUNNING in the scratch study: the constant liar spreads the pool
+        for params in self._neighbours(want):
+            self._add_to_pool(pool, params)
         if not pool:
             return []
         keys = list(pool)
         X = self.screen.features([pool[k][1] for k in keys], keys)
         proposals = [Proposal(pool[k][0], k, x) for k, x in zip(keys, X, strict=True)]
         return self.screen.select(proposals, min(n, len(proposals)))
+
+    def _add_to_pool(self, pool: dict[str, tuple[dict[str, Any], Any]], params: dict[str, Any]) -> bool:
+        """Add a legal, not yet measured setting to the pool; False if the setting is illegal."""
+        try:
+            sch = self.space.apply(params)
+        except InvalidConfig:
+            return False
+        key = schedule_key(self.space.effective_decisions(sch))
+        if key not in self._seen and key not in self._pending:
+            pool.setdefault(key, (params, sch))
+        return True
+
+    def _neighbours(self, n: int) -> list[dict[str, Any]]:
+        """``n`` settings one or two knobs away from the best measured ones (the model's local search: the
+        sampler alone rarely proposes the small steps that take a good schedule to a better one)."""
+        done = sorted((t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                       if "design" in t.params), key=lambda t: t.value)
+        top = done[: max(1, n // 8)]
+        if not top:
+            return []
+        rng = np.random.default_rng(self.seed + len(self._seen))
+        out = []
+        for i in range(n):
+            params = dict(top[i % len(top)].params)
+            knobs = self.space.knobs(params["design"])
+            for name in rng.choice(list(knobs), size=min(len(knobs), int(rng.integers(1, 3))), replace=False):
+                dist = knobs[name]
+                if isinstance(dist, IntDistribution):
+                    params[name] = int(rng.integers(dist.low, dist.high + 1))
+                elif isinstance(dist, CategoricalDistribution):
+                    params[name] = dist.choices[int(rng.integers(len(dist.choices)))]
+            out.append(params)
+        return out
 
     def _ask_direct(self, n: int) -> list[Candidate]:
         out: list[Candidate] = []
