@@ -97,3 +97,19 @@ def test_screen_works_with_other_samplers(matmul_task, matmul_space, sampler):
                               screen=screen)
     result = tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), 8, 4)
     assert result.n_new == 8
+
+
+def test_pool_adds_neighbours_of_the_best_measured_settings(matmul_task, matmul_space):
+    """The model also ranks settings one or two knobs away from the best measured ones."""
+    db = MemoryDatabase()
+    strategy = OptunaStrategy(matmul_space, matmul_task.key, db.optuna_storage(), "tpe", 0)
+    tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), 16, 4)
+    done = sorted(strategy.study.get_trials(states=(TrialState.COMPLETE,)), key=lambda t: t.value)
+    parents = [t.params for t in done[:2]]  # 16 neighbours come from the best 16 // 8 = 2
+    neighbours = strategy._neighbours(16)
+    assert len(neighbours) == 16
+    for params in neighbours:
+        knobs = matmul_space.knobs(params["design"])
+        assert all(knobs[k].low <= v <= knobs[k].high for k, v in params.items() if k != "design")
+        assert min(sum(p.get(k) != v for k, v in params.items()) for p in parents) <= 2
+    assert sum(p not in parents for p in neighbours) >= 8  # most are new points, not copies
