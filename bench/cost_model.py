@@ -61,18 +61,25 @@ def metaschedule_run(task, n_trials: int, seed: int):
 
 def remeasure_side_by_side(session, task, run: dict, rounds: int = 5) -> None:
     """Time every method's best kernel again, interleaved round by round in this one process, and store
-    the median as ``final_s`` (``a`` also gets ``final_short_s``: its best after the short budget).
+    the median as ``final_s`` (``a`` also gets ``final_short_s``: its best after the short budget). Equal
+    kernels (the same program found by two methods) are timed once and share the result.
 
     Best-so-far during tuning is a minimum over noisy measurements, and a longer run takes the minimum
     over more of them; measuring the chosen kernels side by side compares the kernels, not the luck."""
+    from autosched._tvm import structural_hash
+
     kernels = [(k, which, mod) for k in METHODS if k in run for which, mod in run[k].pop("kernels", {}).items()]
-    samples: dict[tuple[str, str], list[float]] = {(k, which): [] for k, which, _ in kernels}
+    # methods that found the very same program share its timings (a one-point space is not a contest)
+    hashes = {(k, which): structural_hash(mod) for k, which, mod in kernels}
+    unique = {hashes[(k, which)]: mod for k, which, mod in kernels}
+    samples: dict[int, list[float]] = {h: [] for h in unique}
     for _ in range(rounds):
-        for k, which, mod in kernels:
-            samples[(k, which)].append(measure_mod(session, task, mod, repeat=3))
-    for (k, which), values in samples.items():
+        for h, mod in unique.items():
+            samples[h].append(measure_mod(session, task, mod, repeat=3))
+    for (k, which), h in hashes.items():
         key = "final_s" if (which == "long" or k != "a") else "final_short_s"
-        run[k][key] = statistics.median(values)
+        run[k][key] = statistics.median(samples[h])
+    run["distinct_kernels"] = len(unique)
 
 
 def shipped_accuracy(task, space_records, model) -> float:

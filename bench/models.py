@@ -136,13 +136,16 @@ def main() -> None:
     p.add_argument("--threads", default="1,2")
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--out", default="models")
+    p.add_argument("--db-dir", help="keep the tuning databases here (default: a temporary folder)")
     args = p.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     fair_environment(max(threads))
     rows = []
     with tempfile.TemporaryDirectory(prefix="autosched-bench-") as tmp:
+        work = Path(args.db_dir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         for name in args.models.split(","):
-            rows.append(bench_model(name, args.trials, threads, args.repeat, Path(tmp)))
+            rows.append(bench_model(name, args.trials, threads, args.repeat, work))
             write_json(args.out, {"machine": machine_info(), "trials_per_task": args.trials, "rows": rows})
     summary = print_table(rows, threads)
     path = write_json(args.out, {"machine": machine_info(), "trials_per_task": args.trials, "rows": rows,
