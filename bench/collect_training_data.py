@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from common import machine_info  # noqa: E402
+
 TRAINING_SHAPES = {
     "matmul": [(256, 256, 256), (1024, 256, 512), (128, 1024, 256)],
     "batch_matmul": [(8, 64, 64, 64), (4, 256, 128, 64)],
