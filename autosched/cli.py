@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from autosched.config import COST_MODELS
 from autosched.errors import AutoschedError, UserInputError
 
 EXIT_USER_ERROR = 2
@@ -34,7 +35,7 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, help="candidates built in parallel per round (8)")
     p.add_argument("--config", help="TOML file with [tune] defaults; flags override it")
     p.add_argument("--no-baseline", action="store_true", help="skip measuring the untuned operator")
-    p.add_argument("--cost-model", choices=["xgb", "random", "none"],
+    p.add_argument("--cost-model", choices=COST_MODELS,
                    help="screen proposals with a cost model before measuring (xgb)")
     p.add_argument("--no-transfer", action="store_true",
                    help="do not start from the shipped cross-task cost model (learn online only)")

@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autosched.config import TuneConfig
-from autosched.errors import UserInputError
+from autosched.config import COST_MODELS, TuneConfig
+from autosched.errors import UnknownNameError, UserInputError
 
 _WIDTH = shutil.get_terminal_size((140, 24)).columns
 out = Console(highlight=False, width=_WIDTH)
@@ -37,13 +37,12 @@ def _config(args: argparse.Namespace) -> TuneConfig:
     for flag, value in (("--trials", cfg.n_trials), ("--batch", cfg.batch_size), ("--threads", cfg.threads)):
         if value < 1:
             raise UserInputError(f"{flag} must be at least 1")
-    from autosched.errors import UnknownNameError
     from autosched.search.optuna_strategy import SAMPLERS
 
     if cfg.sampler not in SAMPLERS:
         raise UnknownNameError("sampler", cfg.sampler, list(SAMPLERS))
-    if cfg.cost_model not in ("xgb", "random", "none"):
-        raise UnknownNameError("cost model", cfg.cost_model, ["xgb", "random", "none"])
+    if cfg.cost_model not in COST_MODELS:  # a --config file can name one
+        raise UnknownNameError("cost model", cfg.cost_model, list(COST_MODELS))
     return cfg
 
 

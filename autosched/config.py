@@ -11,6 +11,8 @@ from typing import Any
 
 from autosched.errors import UserInputError
 
+COST_MODELS = ("xgb", "random", "none")  # what screens the sampler's proposals before measuring
+
 
 @dataclass(frozen=True)
 class TuneConfig:
@@ -25,7 +27,7 @@ class TuneConfig:
     repeat: int = 3  # timed repeats per candidate (median reported)
     min_repeat_ms: int = 25  # each repeat runs the kernel until this much time has passed
     cutoff_ratio: float = 3.0  # a candidate whose first run is this much slower than the best is timed once
-    cost_model: str = "xgb"  # xgb | random | none: screens the sampler's proposals before measuring
+    cost_model: str = "xgb"  # one of COST_MODELS: screens the sampler's proposals before measuring
     transfer: bool = True  # start from the shipped cross-task model (cost_models/<target kind>) if one fits
     transfer_model: str = ""  # another saved model folder to start from ("" = the shipped one)
     pool_factor: int = 4  # proposals ranked per measured candidate

@@ -11,7 +11,7 @@ import numpy as np
 
 from autosched._tvm import save_json
 from autosched.apply import schedule_from_record
-from autosched.config import TuneConfig
+from autosched.config import COST_MODELS, TuneConfig
 from autosched.cost import FeatureExtractor, RandomCostModel, XGBCostModel
 from autosched.db import Database, TaskRow
 from autosched.errors import UnknownNameError
@@ -39,7 +39,7 @@ def make_screen(cfg: TuneConfig, space: TraceSearchSpace, target_family: str) ->
     elif cfg.cost_model == "random":
         start = RandomCostModel(cfg.seed).fit(np.zeros((1, 1)), np.zeros(1), np.zeros(1))
     elif cfg.cost_model != "xgb":
-        raise UnknownNameError("cost model", cfg.cost_model, ["xgb", "random", "none"])
+        raise UnknownNameError("cost model", cfg.cost_model, list(COST_MODELS))
     return ModelScreen(FeatureExtractor(space.context), start_model=start, pool_factor=cfg.pool_factor,
                        explore=cfg.explore, seed=cfg.seed, online=cfg.cost_model == "xgb")
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +33,7 @@ TRAINING_SHAPES = {
 DB = Path("tuning_logs") / "cost_model_training.db"  # relative to ROOT (the commands run there)
 EXPORT = Path("tuning_logs") / "cost_model_training.jsonl.gz"
 MODEL = Path("cost_models") / "llvm"
-AUTOSCHED = [sys.executable, "-c", "from autosched.cli import main; main()"]  # works without the venv on PATH
+AUTOSCHED = [sys.executable, "-m", "autosched.cli"]  # works without the venv on PATH
 
 
 def main() -> None:
@@ -49,7 +48,7 @@ def main() -> None:
             cmd = [*AUTOSCHED, "tune", "--op", op, "--shape", ",".join(map(str, shape)), "--trials",
                    str(args.trials), "--threads", str(args.threads), "--db", str(DB), "--cost-model", "none",
                    "--no-baseline"]
-            print("autosched", " ".join(cmd[3:]), flush=True)
+            print("autosched", " ".join(cmd[len(AUTOSCHED):]), flush=True)
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     subprocess.run([*AUTOSCHED, "export", "--db", str(DB), "-o", str(EXPORT)], check=True)
     subprocess.run([*AUTOSCHED, "train-cost-model", "--db", str(DB), "-o", str(MODEL)], check=True)
@@ -58,7 +57,8 @@ def main() -> None:
     meta["command"] = f"python bench/collect_training_data.py  (then: {meta['command']})"
     meta["rebuild_from_shipped_data"] = (f"autosched import {EXPORT} --db /tmp/t.db && "
                                          f"autosched train-cost-model --db /tmp/t.db -o {MODEL}")
-    meta["trained_on"]["machine"] = (f"{machine_info()['cpu']} ({platform.machine()}), {args.threads} thread(s), "
+    info = machine_info()
+    meta["trained_on"]["machine"] = (f"{info['cpu']} ({info['machine']}), {args.threads} thread(s), "
                                      f"{args.trials} trials per task without a cost model")
     meta["trained_on"]["leave_one_task_out_pairwise_accuracy"] = leave_one_task_out(str(DB))
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")
