@@ -25,6 +25,13 @@ def _fold_batch_norm() -> tvm.transform.Pass:
     return FoldBatchnormToConv2D()
 
 
+def _nhwc_convolutions() -> tvm.transform.Pass:
+    # Channels-last: output channels become the innermost spatial axis of every convolution, so a schedule
+    # vectorises along them and register-blocks over pixels. In NCHW the innermost axis is x, only 7 wide in
+    # ResNet's last stage, where kernels stalled near 100 GFLOPS (NHWC: 250+). Weight permutes fold away.
+    return relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})
+
+
 T = relax.transform
 # (name shown by `autosched inspect`, pass factory). Order matters: BN folds into conv weights while it is
 # still a batch_norm op; constants fold at graph level (weights computed by constant subgraphs) and again
@@ -36,6 +43,8 @@ GRAPH_PASSES: list[tuple[str, Callable[[], tvm.transform.Pass]]] = [
     ("eliminate common subexpressions", T.EliminateCommonSubexpr),
     ("fold constants", T.FoldConstant),
     ("eliminate dead code", T.DeadCodeElimination),
+    ("convolutions to NHWC layout", _nhwc_convolutions),  # after DCE: it segfaults on the unused BN outputs
+    ("fold constants (weights to OHWI)", T.FoldConstant),
     ("legalize ops to TIR", T.LegalizeOps),
     ("annotate op patterns", T.AnnotateTIROpPattern),
     ("fold constants (legalized)", T.FoldConstant),

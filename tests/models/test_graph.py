@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import conv_bn_relu, redundant, relax_linear
 
+from autosched._tvm import arg_specs
 from autosched.models.frontends import load_model
 from autosched.models.graph import (
     GRAPH_PASSES,
@@ -28,8 +29,21 @@ def test_batch_norm_folds_into_the_conv_and_relu_fuses(cpu_target):
     assert log["fold constants"].changed  # the folded scale and bias are computed at compile time
     groups = fusion_groups(fused)
     assert [(g.name.rstrip("0123456789"), g.pattern) for g in groups] == [
-        ("fused_conv2d_add_relu", "out-elementwise-fusable")]
+        ("transpose", "injective"), ("fused_conv2d_add_relu", "out-elementwise-fusable"), ("transpose", "injective")]
     assert not any("batch_norm" in k or k in ("multiply", "divide", "sqrt") for k in op_counts(fused))
+
+
+def test_convolutions_run_channels_last_with_weights_permuted_at_compile_time(cpu_target):
+    model = load_model(conv_bn_relu()[0])
+    (n, c, h, w), = [s.shape for s in model.inputs]
+    fused, log = _rewrite_with_log(model, cpu_target)
+    # one permute for the input, one for the output, one per constant (weight, bias) folded away
+    assert log["convolutions to NHWC layout"].changed["permute_dims"] == 4
+    assert log["fold constants (weights to OHWI)"].changed["permute_dims"] == -2
+    conv = next(g for g in fusion_groups(fused) if "conv2d" in g.name)
+    (data, _), (weight, _) = arg_specs(conv.func)[:2]
+    assert data == (n, h, w, c)  # NHWC
+    assert weight[-1] == c  # OHWI
 
 
 def test_cse_dce_and_equal_groups_merge_into_one_weighted_task(cpu_target):
