@@ -70,11 +70,15 @@ class Task:
         return arg_specs(self.mod["main"])
 
     def random_inputs(self, seed: int) -> list[np.ndarray]:
+        """Normal floats, scaled per input by ``info["input_scales"]`` (the std of a model's weights, so
+        values stay in the model's range), and zeros for integer inputs (mostly indices: zero is in range)."""
         rng = np.random.default_rng(seed)
         specs = self.arg_specs()[: -self.n_outputs]
-        return [rng.standard_normal(shape).astype(dtype) if np.issubdtype(np.dtype(dtype), np.floating)
-                else np.zeros(shape, dtype)  # integer inputs are mostly indices: zero is always in range
-                for shape, dtype in specs]
+        scales = list(self.info.get("input_scales") or [])
+        scales += [None] * (len(specs) - len(scales))
+        return [(rng.standard_normal(shape) * (1.0 if scale is None else scale)).astype(dtype)
+                if np.issubdtype(np.dtype(dtype), np.floating) else np.zeros(shape, dtype)
+                for (shape, dtype), scale in zip(specs, scales, strict=True)]
 
 
 def op_task(op: str, shape: tuple[int, ...], target: Target, space_version: int) -> Task:

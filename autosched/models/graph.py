@@ -10,7 +10,9 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from autosched._tvm import IRModule, PrimFunc, Target, estimate_flops, relax, tvm
 from autosched.tasks import Task, primfunc_task
@@ -132,6 +134,7 @@ class FusionGroup:
     pattern: str
     weight: int  # calls per inference
     n_outputs: int
+    input_scales: list[float | None] = field(default_factory=list)  # RMS of constant inputs (weights), else None
 
     @property
     def flops(self) -> float:
@@ -154,8 +157,18 @@ def fusion_groups(fused: IRModule) -> list[FusionGroup]:
         func = fused[name]
         n_inputs = len(call_list[0].args[1].fields)
         pattern = PATTERNS.get(int(func.attrs["op_pattern"]), "opaque") if "op_pattern" in func.attrs else "opaque"
-        groups.append(FusionGroup(name, func, pattern, len(call_list), len(func.params) - n_inputs))
+        groups.append(FusionGroup(name, func, pattern, len(call_list), len(func.params) - n_inputs,
+                                  [_constant_rms(arg) for arg in call_list[0].args[1].fields]))
     return groups
+
+
+def _constant_rms(arg: object) -> float | None:
+    """Root mean square of a floating-point constant argument (a weight); None for anything else or zeros."""
+    if not isinstance(arg, tvm.ir.GenericConst):  # TVM 0.27's relax constant (was relax.Constant)
+        return None
+    data = arg.value.numpy()
+    rms = float(np.sqrt(np.mean(np.square(data, dtype=np.float64)))) if np.issubdtype(data.dtype, np.floating) else 0
+    return rms if rms > 0 else None
 
 
 def group_module(func: PrimFunc) -> IRModule:
@@ -176,7 +189,9 @@ def extract_tasks(fused: IRModule, target: Target, space_version: int) -> list[T
     for group in fusion_groups(fused):
         task = primfunc_task(group.name, group_module(group.func), target, space_version, group.weight,
                              group.n_outputs)
-        task.info.update(pattern=group.pattern, group=group.name)
+        # measure with weights of the model's own magnitude: standard-normal weights blow up activations
+        # (std ~ sqrt(fan-in)), and some kernels are data-dependent (GELU's erf: 2.1 ms vs 0.8 ms).
+        task.info.update(pattern=group.pattern, group=group.name, input_scales=group.input_scales)
         if task.key in by_key:
             by_key[task.key].weight += group.weight
         else:
