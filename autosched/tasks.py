@@ -74,8 +74,7 @@ class Task:
         values stay in the model's range), and zeros for integer inputs (mostly indices: zero is in range)."""
         rng = np.random.default_rng(seed)
         specs = self.arg_specs()[: -self.n_outputs]
-        scales = list(self.info.get("input_scales") or [])
-        scales += [None] * (len(specs) - len(scales))
+        scales = self.info.get("input_scales") or [None] * len(specs)
         return [(rng.standard_normal(shape) * (1.0 if scale is None else scale)).astype(dtype)
                 if np.issubdtype(np.dtype(dtype), np.floating) else np.zeros(shape, dtype)
                 for (shape, dtype), scale in zip(specs, scales, strict=True)]

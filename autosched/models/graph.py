@@ -10,7 +10,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -134,11 +134,16 @@ class FusionGroup:
     pattern: str
     weight: int  # calls per inference
     n_outputs: int
-    input_scales: list[float | None] = field(default_factory=list)  # RMS of constant inputs (weights), else None
+    args: tuple = ()  # the first call's arguments (constants are the weights)
 
     @property
     def flops(self) -> float:
         return estimate_flops(IRModule({"main": self.func}))
+
+    @property
+    def input_scales(self) -> list[float | None]:
+        """RMS of each constant argument (a weight), None for the rest; computed only when tasks need it."""
+        return [_constant_rms(arg) for arg in self.args]
 
 
 def fusion_groups(fused: IRModule) -> list[FusionGroup]:
@@ -155,10 +160,9 @@ def fusion_groups(fused: IRModule) -> list[FusionGroup]:
     groups = []
     for name, call_list in calls.items():
         func = fused[name]
-        n_inputs = len(call_list[0].args[1].fields)
+        args = tuple(call_list[0].args[1].fields)
         pattern = PATTERNS.get(int(func.attrs["op_pattern"]), "opaque") if "op_pattern" in func.attrs else "opaque"
-        groups.append(FusionGroup(name, func, pattern, len(call_list), len(func.params) - n_inputs,
-                                  [_constant_rms(arg) for arg in call_list[0].args[1].fields]))
+        groups.append(FusionGroup(name, func, pattern, len(call_list), len(func.params) - len(args), args))
     return groups
 
 
