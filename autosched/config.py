@@ -31,7 +31,7 @@ class TuneConfig:
     transfer: bool = True  # start from the shipped cross-task model (cost_models/<target kind>) if one fits
     transfer_model: str = ""  # another saved model folder to start from ("" = the shipped one)
     pool_factor: int = 4  # proposals ranked per measured candidate
-    explore: float = 0.25  # share of each batch measured without the model's blessing
+    explore: float = 0.125  # share of each batch picked at random (designs the model ranks low get their own share)
     rtol: float = 1e-3  # output check against the reference
     atol: float = 1e-4  # relative to the largest reference value
 

@@ -7,6 +7,7 @@ How each outcome reaches the sampler (pinned by tests/search/test_optuna_strateg
 - same schedule again    -> told the value already measured for it (no new measurement, no new record);
                             FAIL (ignored by the samplers) if that schedule is still being measured
 - screened out by the cost model -> never in this study: proposals come from a scratch copy (see _screened)
+- picked by the cost model -> as above, plus user_attr predicted_score (counted per design for coverage)
 - our own crash / Ctrl-C -> FAIL
 """
 
@@ -36,6 +37,7 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 warnings.filterwarnings("ignore", message="Constraints have been set, but CmaEsSampler")  # it ignores pruned ones
 
 STATUS_ATTR = "status"
+PREDICTED_ATTR = "predicted_score"  # set on trials the cost model picked
 
 
 CONSTRAINT = "measured_ok"
@@ -151,14 +153,49 @@ class OptunaStrategy(SearchStrategy):
             if not self._add_to_pool(pool, params):
                 scratch.tell(trial, state=TrialState.PRUNED)
             # a pooled trial is left RUNNING in the scratch study: the constant liar spreads the pool
-        for params in self._neighbours(want):
+        for params in self._neighbours(2 * want):
+            self._add_to_pool(pool, params)
+        measured = self._model_picks_per_design()
+        for params in self._design_samples(measured):
             self._add_to_pool(pool, params)
         if not pool:
             return []
         keys = list(pool)
         X = self.screen.features([pool[k][1] for k in keys], keys)
-        proposals = [Proposal(pool[k][0], k, x) for k, x in zip(keys, X, strict=True)]
-        return self.screen.select(proposals, min(n, len(proposals)))
+        proposals = [Proposal(pool[k][0], k, x, group=pool[k][0].get("design")) for k, x in zip(keys, X, strict=True)]
+        return self.screen.select(proposals, min(n, len(proposals)), measured)
+
+    def _model_picks_per_design(self) -> dict[Any, int]:
+        """Design -> screened proposals measured so far (0 for every design without one)."""
+        design = self.space.knobs().get("design")
+        counts = dict.fromkeys(design.choices if isinstance(design, CategoricalDistribution) else [None], 0)
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            if PREDICTED_ATTR in t.user_attrs and t.params.get("design") in counts:
+                counts[t.params.get("design")] += 1
+        return counts
+
+    def _design_samples(self, measured: dict[Any, int]) -> list[dict[str, Any]]:
+        """Random settings of every design with fewer than ``screen.cover`` measured model picks (the sampler
+        stops proposing designs it has seen do badly, so the pool may lack them)."""
+        rng = np.random.default_rng(self.seed + 7919 * (len(self._seen) + 1))
+        out = []
+        for design, count in measured.items():
+            if design is None or count >= self.screen.cover:
+                continue
+            for _ in range(2 * self.screen.pool_factor):
+                out.append({"design": design, **self._random_knobs(design, rng)})
+        return out
+
+    def _random_knobs(self, design: Any, rng: np.random.Generator, names: list[str] | None = None) -> dict[str, Any]:
+        knobs = self.space.knobs(design)
+        out: dict[str, Any] = {}
+        for name in names if names is not None else knobs:
+            dist = knobs[name]
+            if isinstance(dist, IntDistribution):
+                out[name] = int(rng.integers(dist.low, dist.high + 1))
+            elif isinstance(dist, CategoricalDistribution):
+                out[name] = dist.choices[int(rng.integers(len(dist.choices)))]
+        return out
 
     def _add_to_pool(self, pool: dict[str, tuple[dict[str, Any], Any]], params: dict[str, Any]) -> bool:
         """Add a legal, not yet measured setting to the pool; False if the setting is illegal."""
@@ -183,13 +220,9 @@ class OptunaStrategy(SearchStrategy):
         out = []
         for i in range(n):
             params = dict(top[i % len(top)].params)
-            knobs = self.space.knobs(params["design"])
-            for name in rng.choice(list(knobs), size=min(len(knobs), int(rng.integers(1, 3))), replace=False):
-                dist = knobs[name]
-                if isinstance(dist, IntDistribution):
-                    params[name] = int(rng.integers(dist.low, dist.high + 1))
-                elif isinstance(dist, CategoricalDistribution):
-                    params[name] = dist.choices[int(rng.integers(len(dist.choices)))]
+            knobs = list(self.space.knobs(params["design"]))
+            names = rng.choice(knobs, size=min(len(knobs), int(rng.integers(1, 3))), replace=False)
+            params.update(self._random_knobs(params["design"], rng, [str(n) for n in names]))
             out.append(params)
         return out
 
@@ -215,6 +248,8 @@ class OptunaStrategy(SearchStrategy):
                 continue
             cand.trace_json = as_python(sch.trace.as_json(remove_postproc=False))
             cand.predicted_score = self._scores.pop(key, None)
+            if cand.predicted_score is not None:
+                trial.set_user_attr(PREDICTED_ATTR, cand.predicted_score)
             if self.screen is not None:
                 self.screen.ensure_features(sch, key)
             cand.mod_json = save_json(sch.mod)

@@ -31,9 +31,9 @@ def test_screened_search_measures_fewer_than_it_proposes(matmul_task, matmul_spa
     proposed = []
     original = screen.select
 
-    def spy(pool, n):
+    def spy(pool, n, *args):
         proposed.extend(pool)
-        return original(pool, n)
+        return original(pool, n, *args)
 
     screen.select = spy
     db, runner = MemoryDatabase(), NullRunner()
@@ -113,3 +113,52 @@ def test_pool_adds_neighbours_of_the_best_measured_settings(matmul_task, matmul_
         assert all(knobs[k].low <= v <= knobs[k].high for k, v in params.items() if k != "design")
         assert min(sum(p.get(k) != v for k, v in params.items()) for p in parents) <= 2
     assert sum(p not in parents for p in neighbours) >= 8  # most are new points, not copies
+
+
+def test_designs_the_model_ranks_low_still_get_their_best_settings_measured(matmul_task, matmul_space):
+    """Half of each batch at most goes to the best-ranked setting of every design with fewer than ``cover``
+    measured model picks, even when the model ranks the whole design last."""
+    from autosched.search.screen import Proposal
+
+    class ByFirstFeature:
+        def predict(self, X):
+            return X[:, 0]
+
+    assert len(matmul_space.designs) == 3
+    screen = _screen(matmul_space, explore=0.0, cover=2, online=False)
+    screen.model = ByFirstFeature()
+    original = screen.select
+
+    def design_0_first(pool: list[Proposal], n, measured):
+        for p in pool:  # the model sees design 0 as far better than the others
+            p.features = np.array([100.0 if p.group == 0 else -float(p.group)])
+        return original(pool, n, measured)
+
+    screen.select = design_0_first
+    db = MemoryDatabase()
+    strategy = OptunaStrategy(matmul_space, matmul_task.key, db.optuna_storage(), "tpe", 0, screen=screen)
+    tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), n_trials=16, batch_size=4)
+    picks = strategy._model_picks_per_design()
+    assert sum(picks.values()) == 16  # every measurement was a model pick (the model was ready from the start)
+    assert picks[1] == picks[2] == 2  # each covered by exactly its quota, then left to the ranking
+    assert picks[0] == 12
+
+
+def test_select_covers_groups_with_few_measured_picks_fewest_first(matmul_space):
+    from autosched.search.screen import Proposal
+
+    class ByFirstFeature:
+        def predict(self, X):
+            return X[:, 0]
+
+    screen = _screen(matmul_space, explore=0.0, cover=2)
+    screen.model = ByFirstFeature()
+    pool = [Proposal({}, f"a{i}", np.array([10.0 + i]), group="a") for i in range(8)]
+    pool += [Proposal({}, f"b{i}", np.array([float(i)]), group="b") for i in range(3)]
+    pool += [Proposal({}, f"c{i}", np.array([5.0 + i]), group="c") for i in range(3)]
+    keys = lambda chosen: [p.key for p in chosen]  # noqa: E731
+    # b has 0 measured picks, c has 1: b's best, then c's best, then b's second (half the batch at most)
+    assert keys(screen.select(pool, 8, {"a": 9, "b": 0, "c": 1})) == ["a7", "a6", "a5", "a4", "b2", "c2",
+                                                                       "b1", "a3"]
+    # everything covered: plain ranking
+    assert keys(screen.select(pool, 4, {"a": 9, "b": 2, "c": 2})) == ["a7", "a6", "a5", "a4"]
