@@ -22,6 +22,13 @@ def _screen(space, start=None, **kw):
     return ModelScreen(FeatureExtractor(space.context), start_model=start, **kw)
 
 
+class ByFirstFeature:
+    """A model that scores by the first feature (tests set the features)."""
+
+    def predict(self, X):
+        return X[:, 0]
+
+
 def _fitted_random():
     return RandomCostModel(seed=1).fit(np.zeros((1, 1)), np.zeros(1), np.zeros(1))
 
@@ -51,10 +58,6 @@ def test_screened_search_measures_fewer_than_it_proposes(matmul_task, matmul_spa
 
 def test_screen_keeps_the_top_scores_plus_exploration(matmul_space):
     from autosched.search.screen import Proposal
-
-    class ByFirstFeature:
-        def predict(self, X):
-            return X[:, 0]
 
     screen = _screen(matmul_space, explore=0.25, seed=0)
     screen.model = ByFirstFeature()
@@ -120,10 +123,6 @@ def test_designs_the_model_ranks_low_still_get_their_best_settings_measured(matm
     measured model picks, even when the model ranks the whole design last."""
     from autosched.search.screen import Proposal
 
-    class ByFirstFeature:
-        def predict(self, X):
-            return X[:, 0]
-
     assert len(matmul_space.designs) == 3
     screen = _screen(matmul_space, explore=0.0, cover=2, online=False)
     screen.model = ByFirstFeature()
@@ -146,10 +145,6 @@ def test_designs_the_model_ranks_low_still_get_their_best_settings_measured(matm
 
 def test_select_covers_groups_with_few_measured_picks_fewest_first(matmul_space):
     from autosched.search.screen import Proposal
-
-    class ByFirstFeature:
-        def predict(self, X):
-            return X[:, 0]
 
     screen = _screen(matmul_space, explore=0.0, cover=2)
     screen.model = ByFirstFeature()
