@@ -3,7 +3,7 @@
 start, (d) MetaSchedule (64 trials each for b-d); plus the shipped model's pairwise accuracy on shapes it
 was not trained on.
 
-    python bench/cost_model.py                                # full run (1 thread, ~35 min)
+    python bench/cost_model.py                                # full run (1 thread, ~40-45 min)
     python bench/cost_model.py --workloads matmul --seeds 1 --long 64 --skip-ms   # quick look
 
 Prints a table, writes bench/results/cost_model.json and bench/results/cost_model.png. The verdicts compare
