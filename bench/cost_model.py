@@ -79,7 +79,7 @@ def remeasure_side_by_side(session, task, run: dict, rounds: int = 5) -> None:
     for (k, which), h in hashes.items():
         key = "final_s" if (which == "long" or k != "a") else "final_short_s"
         run[k][key] = statistics.median(samples[h])
-        run[k][key.replace("_s", "_samples_s")] = samples[h]  # the rounds, to judge how close a tie is
+        run[k][key.removesuffix("_s") + "_samples_s"] = samples[h]  # the rounds, to judge how close a tie is
     run["distinct_kernels"] = len(unique)
 
 

@@ -166,9 +166,11 @@ class OptunaStrategy(SearchStrategy):
         return self.screen.select(proposals, min(n, len(proposals)), measured)
 
     def _model_picks_per_design(self) -> dict[Any, int]:
-        """Design -> screened proposals measured so far (0 for every design without one)."""
+        """Design -> screened proposals measured so far (0 for every design without one; {} for one design)."""
         design = self.space.knobs().get("design")
-        counts = dict.fromkeys(design.choices if isinstance(design, CategoricalDistribution) else [None], 0)
+        if not isinstance(design, CategoricalDistribution):
+            return {}
+        counts = dict.fromkeys(design.choices, 0)
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
             if PREDICTED_ATTR in t.user_attrs and t.params.get("design") in counts:
                 counts[t.params.get("design")] += 1
@@ -180,7 +182,7 @@ class OptunaStrategy(SearchStrategy):
         rng = np.random.default_rng(self.seed + 7919 * (len(self._seen) + 1))
         out = []
         for design, count in measured.items():
-            if design is None or count >= self.screen.cover:
+            if count >= self.screen.cover:
                 continue
             for _ in range(2 * self.screen.pool_factor):
                 out.append({"design": design, **self._random_knobs(design, rng)})

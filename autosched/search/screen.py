@@ -68,29 +68,33 @@ class ModelScreen:
             self.features([sch], [key])
 
     def select(self, pool: list[Proposal], n: int, measured: Mapping[Any, int] | None = None) -> list[Proposal]:
-        """The best half of ``n`` by predicted score; then the best-predicted proposal of each group with fewer
-        than ``cover`` measured model picks (``measured``: group -> measured model picks so far; fewest first);
-        then more of the best, leaving an ``explore`` share for random picks from the rest."""
+        """The best half of ``n`` by predicted score; then the best-predicted proposal of each group of
+        ``measured`` (group -> measured model picks so far) with fewer than ``cover``, fewest first; then more
+        of the best, leaving an ``explore`` share for random picks from the rest."""
         scores = self.model.predict(np.stack([p.features for p in pool]))
         for p, s in zip(pool, scores, strict=True):
             p.score = float(s)
         ranked = sorted(pool, key=lambda p: -p.score)
         n = min(n, len(ranked))
         chosen = ranked[: n // 2]
-        counts = Counter(measured or {}) + Counter(p.group for p in chosen)
-        chosen += self._cover(ranked[n // 2 :], n - n // 2, counts)
+        chosen += self._cover(ranked[n // 2 :], n - n // 2, measured or {}, chosen)
+        taken = {id(p) for p in chosen}
+        rest = [p for p in ranked if id(p) not in taken]
         n_explore = min(int(round(self.explore * n)), len(ranked) - n)
-        rest = [p for p in ranked if all(p is not q for q in chosen)]
         n_best = max(n - n_explore - len(chosen), 0)
         chosen, rest = chosen + rest[:n_best], rest[n_best:]
         picks = self._rng.choice(len(rest), size=n - len(chosen), replace=False) if len(chosen) < n else []
         return chosen + [rest[i] for i in sorted(picks)]
 
-    def _cover(self, ranked: list[Proposal], n: int, counts: Counter) -> list[Proposal]:
-        """Up to ``n`` proposals: the best-ranked of each group with fewer than ``cover`` counts, fewest first."""
+    def _cover(self, ranked: list[Proposal], n: int, measured: Mapping[Any, int],
+               chosen: list[Proposal]) -> list[Proposal]:
+        """Up to ``n`` of ``ranked``: the best of each group of ``measured`` with fewer than ``cover`` picks
+        (measured ones plus those already ``chosen``), fewest first."""
+        counts = Counter(measured) + Counter(p.group for p in chosen if p.group in measured)
         by_group: dict[Any, list[Proposal]] = {}  # group -> its proposals, best predicted first
         for p in ranked:
-            by_group.setdefault(p.group, []).append(p)
+            if p.group in measured:
+                by_group.setdefault(p.group, []).append(p)
         picks: list[Proposal] = []
         while len(picks) < n:
             needy = [g for g, props in by_group.items() if props and counts[g] < self.cover]
