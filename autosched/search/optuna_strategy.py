@@ -160,10 +160,32 @@ class OptunaStrategy(SearchStrategy):
             self._add_to_pool(pool, params)
         if not pool:
             return []
-        keys = list(pool)
-        X = self.screen.features([pool[k][1] for k in keys], keys)
-        proposals = [Proposal(pool[k][0], k, x, group=pool[k][0].get("design")) for k, x in zip(keys, X, strict=True)]
+        proposals = self._evolve(self._proposals(pool, list(pool)), n)
         return self.screen.select(proposals, min(n, len(proposals)), measured)
+
+    def _proposals(self, pool: dict[str, tuple[dict[str, Any], Any]], keys: list[str]) -> list[Proposal]:
+        X = self.screen.features([pool[k][1] for k in keys], keys)
+        return [Proposal(pool[k][0], k, x, group=pool[k][0].get("design")) for k, x in zip(keys, X, strict=True)]
+
+    def _evolve(self, proposals: list[Proposal], n: int) -> list[Proposal]:
+        """Model-guided local search (MetaSchedule's evolutionary search, small): for ``screen.generations``
+        rounds, the ``n`` best-predicted proposals each get ``2 * pool_factor`` mutants added to the pool. The
+        sampler and one-step neighbours of measured settings rarely reach a good schedule that is several
+        small steps away; the model, cheap next to a measurement, walks there."""
+        rng = np.random.default_rng(self.seed + 104729 * (len(self._seen) + 1))
+        known = {p.key for p in proposals}
+        for _ in range(self.screen.generations):
+            self.screen.score(proposals)
+            pool: dict[str, tuple[dict[str, Any], Any]] = {}
+            for parent in sorted(proposals, key=lambda p: -p.score)[:n]:
+                for _ in range(2 * self.screen.pool_factor):
+                    self._add_to_pool(pool, self._mutate(parent.params, rng))
+            new = [k for k in pool if k not in known]
+            if not new:
+                break
+            proposals += self._proposals(pool, new)
+            known.update(new)
+        return proposals
 
     def _model_picks_per_design(self) -> dict[Any, int]:
         """Design -> screened proposals measured so far (0 for every design without one; {} for one design)."""
@@ -219,13 +241,14 @@ class OptunaStrategy(SearchStrategy):
         if not top:
             return []
         rng = np.random.default_rng(self.seed + len(self._seen))
-        out = []
-        for i in range(n):
-            params = dict(top[i % len(top)].params)
-            knobs = list(self.space.knobs(params["design"]))
-            names = rng.choice(knobs, size=min(len(knobs), int(rng.integers(1, 3))), replace=False)
-            params.update(self._random_knobs(params["design"], rng, [str(n) for n in names]))
-            out.append(params)
+        return [self._mutate(top[i % len(top)].params, rng) for i in range(n)]
+
+    def _mutate(self, params: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        """``params`` with one or two knobs of its design set at random."""
+        out = dict(params)
+        knobs = list(self.space.knobs(out["design"]))
+        names = rng.choice(knobs, size=min(len(knobs), int(rng.integers(1, 3))), replace=False)
+        out.update(self._random_knobs(out["design"], rng, [str(name) for name in names]))
         return out
 
     def _ask_direct(self, n: int) -> list[Candidate]:

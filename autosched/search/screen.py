@@ -41,6 +41,7 @@ class ModelScreen:
     # can write off a whole design after unlucky samples (dense: design 0 holds the best kernels and its
     # 5 random settings gave 8-17 GFLOPS)
     cover: int = 2
+    generations: int = 2  # rounds of model-guided local search on the pool before selecting (0: none)
     min_train: int = 16  # measurements before an online-only model starts screening
     n_rounds: int = 40  # boosting rounds per refit
     online: bool = True  # refit on this task's measurements as they arrive
@@ -67,13 +68,17 @@ class ModelScreen:
         if key not in self._features:
             self.features([sch], [key])
 
+    def score(self, pool: list[Proposal]) -> None:
+        """Set each proposal's predicted score (higher: predicted faster)."""
+        scores = self.model.predict(np.stack([p.features for p in pool]))
+        for p, s in zip(pool, scores, strict=True):
+            p.score = float(s)
+
     def select(self, pool: list[Proposal], n: int, measured: Mapping[Any, int] | None = None) -> list[Proposal]:
         """The best half of ``n`` by predicted score; then the best-predicted proposal of each group of
         ``measured`` (group -> measured model picks so far) with fewer than ``cover``, fewest first; then more
         of the best, leaving an ``explore`` share for random picks from the rest."""
-        scores = self.model.predict(np.stack([p.features for p in pool]))
-        for p, s in zip(pool, scores, strict=True):
-            p.score = float(s)
+        self.score(pool)
         ranked = sorted(pool, key=lambda p: -p.score)
         n = min(n, len(ranked))
         chosen = ranked[: n // 2]

@@ -157,3 +157,42 @@ def test_select_covers_groups_with_few_measured_picks_fewest_first(matmul_space)
                                                                        "b1", "a3"]
     # everything covered: plain ranking
     assert keys(screen.select(pool, 4, {"a": 9, "b": 2, "c": 2})) == ["a7", "a6", "a5", "a4"]
+
+
+class Projection:
+    """A fixed linear model on the real program features."""
+
+    def __init__(self, n_features: int):
+        self.w = np.random.default_rng(3).normal(size=n_features)
+
+    def predict(self, X):
+        return X @ self.w
+
+
+def test_model_guided_local_search_adds_mutants_of_the_best_predicted(matmul_task, matmul_space):
+    """Each generation mutates the n best-predicted proposals one or two knobs at a time: the pool grows with
+    settings near the model's favourites, which it predicts better than the pool's average."""
+    from autosched.cost.features import N_FEATURES
+
+    screen = _screen(matmul_space, online=False, generations=2, pool_factor=2)
+    screen.model = Projection(N_FEATURES)
+    db = MemoryDatabase()
+    strategy = OptunaStrategy(matmul_space, matmul_task.key, db.optuna_storage(), "tpe", 0)
+    tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), 8, 4)
+    strategy.screen = screen
+    pool: dict = {}
+    for params in strategy._neighbours(16):
+        strategy._add_to_pool(pool, params)
+    start = strategy._proposals(pool, list(pool))
+    screen.score(start)
+    first = {p.key: p for p in start}
+    grown = strategy._evolve(list(start), 4)
+    new = [p for p in grown if p.key not in first]
+    assert len(new) >= 4 and len({p.key for p in grown}) == len(grown)  # new, distinct settings
+    screen.score(grown)
+    assert np.mean([p.score for p in new]) > np.mean([p.score for p in start])
+    for p in new:  # one or two knobs away from an earlier proposal of the same design
+        assert min(sum(q.params.get(k) != v for k, v in p.params.items()) for q in grown
+                   if q is not p and q.params["design"] == p.params["design"]) <= 2
+    screen.generations = 0
+    assert strategy._evolve(list(start), 4) == start
