@@ -233,10 +233,9 @@ class OptunaStrategy(SearchStrategy):
         return True
 
     def _neighbours(self, n: int) -> list[dict[str, Any]]:
-        """``n`` settings one to three knobs away from the best measured ones (the model's local search: the
-        sampler alone rarely proposes the small steps that take a good schedule to a better one)."""
-        done = sorted((t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                       if "design" in t.params), key=lambda t: t.value)
+        """``n`` settings one to three knobs away from the best measured ones (the sampler alone rarely proposes
+        the small steps that take a good schedule to a better one)."""
+        done = sorted(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.value)
         top = done[: max(1, n // 8)]
         if not top:
             return []
@@ -246,10 +245,10 @@ class OptunaStrategy(SearchStrategy):
     def _mutate(self, params: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         """``params`` with one to three knobs of its design set at random (layer_norm: the fast kernels are three
         compute locations away from where a search of one- and two-knob steps settles)."""
-        out = dict(params)
-        knobs = list(self.space.knobs(out["design"]))
+        out, design = dict(params), params.get("design")  # a space may have no designs (SearchSpace.knobs)
+        knobs = [name for name in self.space.knobs(design) if name != "design"]
         names = rng.choice(knobs, size=min(len(knobs), int(rng.integers(1, 4))), replace=False)
-        out.update(self._random_knobs(out["design"], rng, [str(name) for name in names]))
+        out.update(self._random_knobs(design, rng, [str(name) for name in names]))
         return out
 
     def _ask_direct(self, n: int) -> list[Candidate]:

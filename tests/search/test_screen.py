@@ -196,3 +196,30 @@ def test_model_guided_local_search_adds_mutants_of_the_best_predicted(matmul_tas
                    if q is not p and q.params["design"] == p.params["design"]) <= 3
     screen.generations = 0
     assert strategy._evolve(list(start), 4) == start
+
+
+def test_screening_works_for_a_space_without_designs(matmul_task, matmul_space):
+    """SearchSpace makes the ``design`` knob optional: neighbours and mutants of a flat space mutate its knobs."""
+
+    class Flat:  # design 0 of the matmul space, with no design knob
+        version = 1
+
+        def knobs(self, design=None):
+            return matmul_space.knobs(0)
+
+        def size(self):
+            return matmul_space.size()
+
+        def apply(self, params):
+            return matmul_space.apply({"design": 0, **params})
+
+        def effective_decisions(self, sch):
+            return matmul_space.effective_decisions(sch)
+
+    screen = _screen(matmul_space, _fitted_random(), online=False)
+    db = MemoryDatabase()
+    strategy = OptunaStrategy(Flat(), matmul_task.key, db.optuna_storage(), "tpe", 0, screen=screen)
+    tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), n_trials=12, batch_size=4)
+    recs = db.records()
+    assert len(recs) == 12 and all(r.predicted_score is not None for r in recs)
+    assert all("design" not in r.params for r in recs)
