@@ -5,11 +5,13 @@ was not trained on.
 
     python bench/cost_model.py                                # full run (1 thread, ~40-45 min)
     python bench/cost_model.py --workloads matmul --seeds 1 --long 64 --skip-ms   # quick look
+    python bench/cost_model.py --workloads softmax,layer_norm --seeds 3 --all-seeds --name cost_model_seeds
 
-Prints a table, writes bench/results/cost_model.json and bench/results/cost_model.png. The verdicts compare
-kernels: each method's best kernel (and (a)'s best after 64 trials) is timed again at the end of each seed,
-side by side and interleaved, so that a longer search's luckier minimum over noisy measurements does not
-count as a better kernel. The curves and the trials-to-95% column are the measurements made while tuning.
+Prints a table, writes bench/results/cost_model.json and bench/results/cost_model.png (``--name`` renames
+both). The verdicts compare kernels: each method's best kernel (and (a)'s best after 64 trials) is timed
+again at the end of each seed, side by side and interleaved, so that a longer search's luckier minimum over
+noisy measurements does not count as a better kernel. The curves and the trials-to-95% column are the
+measurements made while tuning.
 """
 
 from __future__ import annotations
@@ -150,7 +152,8 @@ def summarise(rows: list[dict], args) -> dict:
                         "of the best any method found")
     n = args.trials
     for c in ["workload", f"a@{n}", f"a@{args.long}", f"b@{n}", f"c@{n}", f"MS@{n}", "trials95 a/b/c/MS",
-              f"re-measured a@{n}/a@{args.long}/b/c/MS", f"b|c@{n} >= a@{args.long}", f"as@{n} >= MS", "shipped acc."]:
+              f"re-measured a@{n}/a@{args.long}/b/c/MS", f"b|c@{n} >= a@{args.long}", f"as@{n} >= MS",
+              "seeds as >= MS", "shipped acc."]:
         table.add_column(c)
     n_model_wins = n_ms_wins = 0
     accs = []
@@ -176,11 +179,16 @@ def summarise(rows: list[dict], args) -> dict:
         model_final = min(med["b"]["final"], med["c"]["final"])  # re-measured side by side
         model_win = model_final <= med["a"]["final"]
         ms_win = "d" in med and model_final <= med["d"]["final"]
+        # the same comparison seed by seed (kernels of one seed are re-measured side by side)
+        inf = float("inf")
+        seed_wins = [min(run["b"].get("final_s") or inf, run["c"].get("final_s") or inf) <= run["d"]["final_s"]
+                     for run in r["runs"] if "d" in run and run["d"].get("final_s")]
         n_model_wins += model_win
         n_ms_wins += bool(ms_win)
         acc = [run["shipped_pairwise_accuracy"] for run in r["runs"] if "shipped_pairwise_accuracy" in run]
         accs += acc
         r.update(summary={"median": med, "trials_to_95": t95, "model64_ge_a_long": model_win, "as64_ge_ms": ms_win,
+                          "seeds_as64_ge_ms": f"{sum(seed_wins)}/{len(seed_wins)}",
                           "shipped_pairwise_accuracy": statistics.median(acc) if acc else None})
         g = partial(_gflops, r["flops"])
         fmt = lambda v: "-" if v == float("inf") else f"{v:.0f}"
@@ -190,6 +198,7 @@ def summarise(rows: list[dict], args) -> dict:
                       "/".join(g(v) for v in [med["a"]["final_short"], med["a"]["final"], med["b"]["final"],
                                               med["c"]["final"], med.get("d", {}).get("final")]),
                       "yes" if model_win else "no", "yes" if ms_win else ("-" if "d" not in med else "no"),
+                      f"{sum(seed_wins)}/{len(seed_wins)}" if seed_wins else "-",
                       f"{statistics.median(acc):.3f}" if acc else "-")
     Console(width=220).print(table)
     summary = {"n_model64_ge_a_long": n_model_wins, "n_as64_ge_ms": n_ms_wins, "n_workloads": len(rows),
@@ -225,7 +234,7 @@ def plot(rows: list[dict], args) -> Path:
         ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
-    path = RESULTS / "cost_model.png"
+    path = RESULTS / f"{args.name}.png"
     fig.savefig(path, dpi=110)
     return path
 
@@ -236,6 +245,8 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=64)
     p.add_argument("--long", type=int, default=256, help="trials of the no-model search")
     p.add_argument("--seeds", type=int, default=3, help="seeds for matmul and conv2d (others: 1)")
+    p.add_argument("--all-seeds", action="store_true", help="run --seeds seeds for every workload")
+    p.add_argument("--name", default="cost_model", help="name of the results files under bench/results")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--skip-ms", action="store_true")
     args = p.parse_args()
@@ -247,11 +258,12 @@ def main() -> None:
     print(f"machine: {info}; shipped model: {getattr(shipped, 'meta_', {}).get('command')}", flush=True)
     rows = []
     for op in args.workloads.split(","):
-        rows.append(bench_workload(op, list(range(args.seeds)) if op in MULTI_SEED else [0], args, shipped))
-        write_json("cost_model", {"machine": info, "args": vars(args), "rows": rows})
+        seeds = list(range(args.seeds)) if op in MULTI_SEED or args.all_seeds else [0]
+        rows.append(bench_workload(op, seeds, args, shipped))
+        write_json(args.name, {"machine": info, "args": vars(args), "rows": rows})
     summary = summarise(rows, args)
     png = plot(rows, args)
-    path = write_json("cost_model", {"machine": info, "args": vars(args), "rows": rows, "summary": summary})
+    path = write_json(args.name, {"machine": info, "args": vars(args), "rows": rows, "summary": summary})
     print(f"wrote {path} and {png}")
 
 
