@@ -70,7 +70,9 @@ def _add_model_commands(sub: argparse._SubParsersAction) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autosched", description="Search-based auto-scheduler and autotuner on TVM.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what the library does")
+    parser.add_argument("-v", "--verbose", action="store_true", help="also show the library's log on the terminal")
+    parser.add_argument("--log", help="file for TVM's own warnings and the library's log "
+                                      "(default: ~/.cache/autosched/autosched.log)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_tune(sub)
     _add_model_commands(sub)
@@ -98,12 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = list(sys.argv[1:] if argv is None else argv)
         args = build_parser().parse_args(argv)
         args.argv = argv  # recorded by commands that write artefacts (the command that rebuilds them)
-        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                            format="%(levelname)s %(name)s: %(message)s")
-        from autosched import commands, model_commands
-
-        module = model_commands if args.command in ("inspect", "compile", "run") else commands
-        return getattr(module, f"cmd_{args.command.replace('-', '_')}")(args)
+        return _run_quietly(args, err)
     except UserInputError as e:
         err.print(f"autosched: error: {e}", style="red", highlight=False, soft_wrap=True)
         return EXIT_USER_ERROR
@@ -114,6 +111,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.print(f"autosched: error: {e}", style="red", highlight=False, soft_wrap=True)
         return 1
 
+
+def _run_quietly(args: argparse.Namespace, err) -> int:
+    """Run the command with TVM's C++ warnings and Python warnings sent to the log file; one summary line."""
+    from autosched.native_log import default_log_path, native_output_to
+
+    log_path = Path(args.log) if args.log else default_log_path()
+    try:
+        context = native_output_to(log_path)
+        native = context.__enter__()
+    except OSError as e:
+        raise UserInputError(f"cannot write the log file {log_path} ({e.strerror}): pick another --log path") from e
+    logging.getLogger("autosched").setLevel(logging.INFO)
+    console = logging.StreamHandler(sys.stderr) if args.verbose else None
+    if console:
+        console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(console)
+    try:
+        from autosched import commands, model_commands
+
+        module = model_commands if args.command in ("inspect", "compile", "run") else commands
+        return getattr(module, f"cmd_{args.command.replace('-', '_')}")(args)
+    finally:
+        if console:
+            logging.getLogger().removeHandler(console)
+        context.__exit__(None, None, None)
+        if native.n_warnings:
+            err.print(f"({native.n_warnings} warning lines from TVM and libraries written to {log_path})",
+                      style="dim", highlight=False)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -32,3 +32,8 @@ class IncompatibleArtefactError(UserInputError):
 
 class InvalidConfig(AutoschedError):
     """A knob combination that a search space cannot turn into a legal schedule (rejected before building)."""
+
+
+class GraphError(AutoschedError):
+    """A model that a required graph step (import, legalization, fusion, build) cannot handle: one line naming
+    the model, the step and the operator."""

@@ -21,7 +21,6 @@ def _load(args: argparse.Namespace, n_threads: int):
     """(model, target, fused module) from the command's MODEL, --input, --target and thread count."""
     from autosched.api import load_model
     from autosched.models.frontends import parse_input_shapes
-    from autosched.models.graph import rewrite
     from autosched.tasks import make_target
 
     for flag, value in (("--threads", n_threads), ("--repeat", getattr(args, "repeat", 1))):
@@ -32,7 +31,18 @@ def _load(args: argparse.Namespace, n_threads: int):
     if target.kind.name != "llvm":
         raise UserInputError(f"measuring on {target.kind.name} needs that device; models run on llvm (CPU) here")
     model = load_model(args.model, shapes)
-    return model, target, rewrite(model.mod, target)
+    return model, target, rewrite_reporting(model, target)
+
+
+def rewrite_reporting(model, target, on_pass=None):
+    """The graph rewrites, with one line on the terminal for each rewrite the model had to go without."""
+    from autosched.models.graph import rewrite
+
+    fallbacks: list = list(model.info.get("fallbacks", []))  # steps of the import the model went without
+    fused = rewrite(model.mod, target, on_pass, fallbacks, model.name)
+    for fb in fallbacks:
+        err.print(f"{model.name}: {fb}", style="yellow", highlight=False, soft_wrap=True)
+    return fused
 
 
 def _mb(n_bytes: float) -> str:
@@ -43,16 +53,19 @@ def _mb(n_bytes: float) -> str:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from autosched.api import load_model
     from autosched.models.frontends import parse_input_shapes
-    from autosched.models.graph import extract_tasks, fusion_groups, memory_plan, rewrite
+    from autosched.models.graph import extract_tasks, fusion_groups, memory_plan
     from autosched.spaces.settings import settings_for
     from autosched.tasks import make_target
 
     target = make_target(args.target, args.threads)
     model = load_model(args.model, parse_input_shapes(args.input))
     changes = []
-    fused = rewrite(model.mod, target, on_pass=changes.append)
+    fused = rewrite_reporting(model, target, on_pass=changes.append)
     out.print(f"[bold]{model.name}[/] ({model.source}) inputs: "
               + ", ".join(f"{s.name} {'x'.join(map(str, s.shape))} {s.dtype}" for s in model.inputs))
+    if "onnx_nodes" in model.info:
+        before, after = model.info["onnx_nodes"]
+        out.print(f"ONNX graph: {before} nodes, {after} after folding constants and shapes (ONNX Runtime, basic level)")
 
     table = Table(title="graph rewrites (operators before -> after)")
     for col in ("pass", "ops before", "ops after", "what changed"):

@@ -18,9 +18,17 @@ import numpy as np
 from autosched._tvm import IRModule, Target, cpu_device, relax, set_num_threads, tvm
 from autosched.apply import schedule_from_record
 from autosched.db import Database
-from autosched.errors import InvalidConfig, UserInputError
+from autosched.errors import GraphError, InvalidConfig, UserInputError
 from autosched.models.frontends import InputSpec, Model
-from autosched.models.graph import FINISH_PASSES, fusion_groups, group_module, rewrite, run_passes, ungroup
+from autosched.models.graph import (
+    FINISH_PASSES,
+    failure_reason,
+    fusion_groups,
+    group_module,
+    rewrite,
+    run_passes,
+    ungroup,
+)
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
 from autosched.tasks import target_json, task_key
@@ -29,12 +37,17 @@ TUNED, DEFAULT, UNSCHEDULED = "tuned", "default", "unscheduled"
 
 
 def default_schedule(mod: IRModule, target: Target) -> Any | None:
-    """The first design space's own decisions, postprocessed; None if that is not a legal schedule."""
+    """The first design space whose own decisions, postprocessed, are a legal schedule; None if none is."""
     try:
         space = TraceSearchSpace(mod, target, settings_for(target))
-        return space.apply(space.default_params())
-    except (InvalidConfig, RuntimeError, ValueError):
+    except (RuntimeError, ValueError):
         return None
+    for design in range(len(space.designs)):
+        try:
+            return space.apply(space.default_params(design))
+        except (InvalidConfig, RuntimeError, ValueError):
+            continue
+    return None
 
 
 def apply_database(fused: IRModule, target: Target, db: Database | None,
@@ -116,14 +129,22 @@ def compile_model(model: Model, target: Target, db: Database | None = None, defa
     ``fused``: the model already through ``rewrite`` for this target (saves doing it again)."""
     fused = fused if fused is not None else rewrite(model.mod, target)
     scheduled, sources = apply_database(fused, target, db, default_schedules)
-    final = run_passes(scheduled, target, FINISH_PASSES)
-    return CompiledModel(tvm.compile(final, target=target), model.inputs, target_json(target), sources, model.entry)
+    final = run_passes(scheduled, target, FINISH_PASSES, model_name=model.name)
+    return CompiledModel(_build(final, target, model.name), model.inputs, target_json(target), sources, model.entry)
+
+
+def _build(mod: IRModule, target: Target, model_name: str) -> Any:
+    """TVM's build of the whole graph; a failure is one line naming the model and the operator."""
+    try:
+        return tvm.compile(mod, target=target)
+    except Exception as err:  # TVM raises InternalError, TVMError, ValueError, ...
+        raise GraphError(f"{model_name}: TVM's build failed on {failure_reason(err)}") from err
 
 
 def compile_unscheduled(model: Model, target: Target, fused: IRModule | None = None) -> CompiledModel:
     """TVM's default CPU build with no schedules at all (the 'untuned' baseline)."""
     fused = fused if fused is not None else rewrite(model.mod, target)
-    return CompiledModel(tvm.compile(fused, target=target), model.inputs, target_json(target),
+    return CompiledModel(_build(fused, target, model.name), model.inputs, target_json(target),
                          {g.name: UNSCHEDULED for g in fusion_groups(fused)}, model.entry)
 
 

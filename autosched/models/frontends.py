@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from autosched._tvm import IRModule
-from autosched.errors import AutoschedError, UserInputError
+from autosched.errors import GraphError, UserInputError
 
 
 @dataclass(frozen=True)
@@ -64,14 +64,15 @@ def parse_input_shapes(texts: list[str] | None) -> dict[str, tuple[int, ...]]:
 
 
 def load_model(source: Any, input_shapes: dict[str, tuple[int, ...]] | None = None,
-               example_inputs: tuple | None = None, name: str | None = None) -> Model:
-    """An ONNX path or ModelProto, a ``torch.nn.Module`` (with ``example_inputs``) or a Relax IRModule."""
+               example_inputs: tuple | None = None, name: str | None = None, fold_onnx_graph: bool = True) -> Model:
+    """An ONNX path or ModelProto, a ``torch.nn.Module`` (with ``example_inputs``) or a Relax IRModule.
+    ``fold_onnx_graph``: ONNX models get ONNX Runtime's constant and shape folding first (``fold_onnx``)."""
     if isinstance(source, (str, Path)):
-        return _load_onnx_file(Path(source), input_shapes or {}, name)
+        return _load_onnx_file(Path(source), input_shapes or {}, name, fold_onnx_graph)
     if isinstance(source, IRModule):
         return _from_relax(source, name or "relax_module")
     if type(source).__name__ == "ModelProto":
-        return _from_onnx(source, input_shapes or {}, name or (source.graph.name or "onnx_model"))
+        return _from_onnx(source, input_shapes or {}, name or (source.graph.name or "onnx_model"), fold_onnx_graph)
     if _is_torch_module(source):
         if example_inputs is None:
             raise UserInputError("a PyTorch module needs example_inputs=(tensor, ...) to export it")
@@ -81,7 +82,7 @@ def load_model(source: Any, input_shapes: dict[str, tuple[int, ...]] | None = No
 
 
 # --- ONNX ------------------------------------------------------------------------------------------------
-def _load_onnx_file(path: Path, input_shapes: dict[str, tuple[int, ...]], name: str | None) -> Model:
+def _load_onnx_file(path: Path, input_shapes: dict[str, tuple[int, ...]], name: str | None, fold: bool) -> Model:
     if not path.exists():
         raise UserInputError(f"model file {path} does not exist: check the path")
     if path.is_dir():
@@ -94,7 +95,7 @@ def _load_onnx_file(path: Path, input_shapes: dict[str, tuple[int, ...]], name: 
                              "one written by torch.onnx.export") from err
     if not proto.graph.node:
         raise UserInputError(f"{path} is not an ONNX model (no graph nodes): give a .onnx file")
-    return _from_onnx(proto, input_shapes, name or path.stem)
+    return _from_onnx(proto, input_shapes, name or path.stem, fold)
 
 
 def _import_onnx() -> Any:
@@ -149,7 +150,7 @@ def _resolve_inputs(declared: dict[str, tuple[list[int | str], str]],
     return specs
 
 
-def _from_onnx(proto: Any, input_shapes: dict[str, tuple[int, ...]], name: str) -> Model:
+def _from_onnx(proto: Any, input_shapes: dict[str, tuple[int, ...]], name: str, fold: bool = True) -> Model:
     onnx = _import_onnx()
     try:
         onnx.checker.check_model(proto)
@@ -165,12 +166,66 @@ def _from_onnx(proto: Any, input_shapes: dict[str, tuple[int, ...]], name: str) 
         raise UserInputError(f"model {name!r} uses operators TVM's ONNX importer does not support: "
                              f"{', '.join(unsupported)}")
     specs = _resolve_inputs(onnx_input_dims(proto), input_shapes)
+    fallbacks: list = []
+    folded = fold_onnx(proto, specs, fallbacks) if fold else proto
     try:
-        mod = from_onnx(proto, shape_dict={s.name: list(s.shape) for s in specs},
+        mod = from_onnx(folded, shape_dict={s.name: list(s.shape) for s in specs},
                         dtype_dict={s.name: s.dtype for s in specs}, keep_params_in_input=False)
     except Exception as err:
-        raise AutoschedError(f"TVM's ONNX importer failed on {name!r}: {str(err).splitlines()[0][:300]}") from err
-    return Model(name, mod, specs, "onnx", proto.SerializeToString(), info={"opset": _opset(proto)})
+        raise GraphError(f"TVM's ONNX importer failed on {name!r}: {_first_line(err)}") from err
+    return Model(name, mod, specs, "onnx", proto.SerializeToString(),
+                 info={"opset": _opset(proto), "fallbacks": fallbacks,
+                       "onnx_nodes": (len(proto.graph.node), len(folded.graph.node))})
+
+
+ONNX_FOLD = "fold ONNX constants and shapes (ONNX Runtime, basic level)"
+
+
+def fold_onnx(proto: Any, specs: list[InputSpec], fallbacks: list | None = None) -> Any:
+    """The ONNX graph with its inputs fixed to ``specs`` and ONNX Runtime's basic (standard-operator) graph
+    optimizations applied: constant and shape subgraphs folded (Shape -> Gather -> Concat -> Reshape chains
+    that exporters write for ``view``/``chunk``), batch norms folded into convolutions, identities removed.
+    TVM's importer turns unfolded shape arithmetic into dynamic-shape operators that its rewrites cannot
+    handle. On any failure, or if the result uses non-standard operators, the graph is returned as it was."""
+    from autosched.models.graph import Fallback, failure_reason
+
+    fixed = type(proto)()
+    fixed.CopyFrom(proto)
+    for value in fixed.graph.input:
+        spec = next((s for s in specs if s.name == value.name), None)
+        if spec is not None:
+            for dim, size in zip(value.type.tensor_type.shape.dim, spec.shape, strict=True):
+                dim.Clear()
+                dim.dim_value = size
+    try:
+        import tempfile
+
+        import onnx
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.log_severity_level = 3
+        with tempfile.TemporaryDirectory(prefix="autosched-onnx-") as tmp:
+            options.optimized_model_filepath = f"{tmp}/folded.onnx"
+            ort.InferenceSession(fixed.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            folded = onnx.load(options.optimized_model_filepath)
+    except Exception as err:  # no onnxruntime, or a model it cannot load: TVM imports the graph as it is
+        if fallbacks is not None:
+            fallbacks.append(Fallback(ONNX_FOLD, failure_reason(err)))
+        return fixed
+    foreign = sorted({f"{n.domain}.{n.op_type}" for n in folded.graph.node if n.domain not in ("", "ai.onnx")})
+    if foreign:
+        if fallbacks is not None:
+            fallbacks.append(Fallback(ONNX_FOLD, f"it introduced non-standard operators {', '.join(foreign[:3])}"))
+        return fixed
+    return folded
+
+
+def _first_line(err: BaseException) -> str:
+    from autosched.models.graph import failure_reason
+
+    return failure_reason(err)
 
 
 def _opset(proto: Any) -> int:
@@ -187,9 +242,16 @@ def _from_torch(module: Any, example_inputs: tuple, name: str) -> Model:
     from tvm.relax.frontend.torch import from_exported_program
 
     module = module.eval()
-    with torch.no_grad():
-        program = torch.export.export(module, example_inputs)
-    mod = from_exported_program(program, keep_params_as_input=False)
+    try:
+        with torch.no_grad():
+            program = torch.export.export(module, example_inputs)
+    except Exception as err:
+        raise UserInputError(f"torch.export cannot trace {name!r}: {_first_line(err)}; make the module "
+                             "exportable (see torch.export's docs) or export it to ONNX") from err
+    try:
+        mod = from_exported_program(program, keep_params_as_input=False)
+    except Exception as err:
+        raise GraphError(f"TVM's PyTorch importer failed on {name!r}: {_first_line(err)}") from err
     specs = [InputSpec(f"input{i}", tuple(t.shape), str(t.numpy().dtype)) for i, t in enumerate(example_inputs)]
     return Model(name, mod, specs, "torch", info={"torch_module": module})
 

@@ -6,6 +6,7 @@ so every tuned fusion group is found again, by key, when the model is built.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections import Counter
@@ -15,7 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from autosched._tvm import IRModule, PrimFunc, Target, estimate_flops, relax, tvm
+from autosched.errors import GraphError
 from autosched.tasks import Task, primfunc_task
+
+log = logging.getLogger("autosched.graph")
 
 PATTERNS = {0: "elementwise", 1: "broadcast", 2: "injective", 3: "reduction", 4: "out-elementwise-fusable",
             7: "tuple", 8: "opaque"}
@@ -34,37 +38,72 @@ def _nhwc_convolutions() -> tvm.transform.Pass:
     return relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})
 
 
+@dataclass(frozen=True)
+class GraphPass:
+    """One graph rewrite. ``optional``: a model it fails on goes on without it (the model is only slower);
+    a required pass (legalization, fusion) that fails stops the model with a one-line ``GraphError``."""
+
+    name: str  # shown by `autosched inspect` and in fallback lines
+    make: Callable[[], tvm.transform.Pass]
+    optional: bool = True
+
+
 T = relax.transform
-# (name shown by `autosched inspect`, pass factory). Order matters: BN folds into conv weights while it is
-# still a batch_norm op; constants fold at graph level (weights computed by constant subgraphs) and again
-# after legalization; AttachAttrLayoutFreeBuffers lets schedules choose the layout of constant weights.
-GRAPH_PASSES: list[tuple[str, Callable[[], tvm.transform.Pass]]] = [
-    ("fold batch-norm into conv weights", _fold_batch_norm),
-    ("decompose remaining ops for inference", T.DecomposeOpsForInference),
-    ("canonicalize bindings", T.CanonicalizeBindings),
-    ("eliminate common subexpressions", T.EliminateCommonSubexpr),
-    ("fold constants", T.FoldConstant),
-    ("eliminate dead code", T.DeadCodeElimination),
-    ("convolutions to NHWC layout", _nhwc_convolutions),  # after DCE: it segfaults on the unused BN outputs
-    ("fold constants (weights to OHWI)", T.FoldConstant),
-    ("legalize ops to TIR", T.LegalizeOps),
-    ("annotate op patterns", T.AnnotateTIROpPattern),
-    ("fold constants (legalized)", T.FoldConstant),
-    ("eliminate dead code (legalized)", T.DeadCodeElimination),
-    ("fuse ops into groups", T.FuseOps),
-    ("merge each group into one PrimFunc", T.FuseTIR),
-    ("eliminate dead code (fused)", T.DeadCodeElimination),
-    ("re-annotate op patterns", T.AnnotateTIROpPattern),
-    ("mark constant weights layout-free", T.AttachAttrLayoutFreeBuffers),
+# Order matters: BN folds into conv weights while it is still a batch_norm op; constants fold at graph level
+# (weights computed by constant subgraphs) and again after legalization; AttachAttrLayoutFreeBuffers lets
+# schedules choose the layout of constant weights. Tuning and compiling run the same list and a pass that
+# fails on a model fails the same way both times, so both see the same fusion groups.
+GRAPH_PASSES: list[GraphPass] = [
+    GraphPass("fold batch-norm into conv weights", _fold_batch_norm),
+    GraphPass("decompose remaining ops for inference", T.DecomposeOpsForInference, optional=False),
+    GraphPass("canonicalize bindings", T.CanonicalizeBindings),
+    GraphPass("eliminate common subexpressions", T.EliminateCommonSubexpr),
+    GraphPass("fold constants", T.FoldConstant),
+    GraphPass("eliminate dead code", T.DeadCodeElimination),
+    GraphPass("convolutions to NHWC layout", _nhwc_convolutions),  # after DCE: it segfaults on unused BN outputs
+    GraphPass("fold constants (weights to OHWI)", T.FoldConstant),
+    GraphPass("legalize ops to TIR", T.LegalizeOps, optional=False),
+    GraphPass("annotate op patterns", T.AnnotateTIROpPattern, optional=False),
+    GraphPass("fold constants (legalized)", T.FoldConstant),
+    GraphPass("eliminate dead code (legalized)", T.DeadCodeElimination),
+    GraphPass("fuse ops into groups", T.FuseOps),
+    GraphPass("merge each group into one PrimFunc", T.FuseTIR, optional=False),
+    GraphPass("eliminate dead code (fused)", T.DeadCodeElimination),
+    GraphPass("re-annotate op patterns", T.AnnotateTIROpPattern, optional=False),
+    GraphPass("mark constant weights layout-free", T.AttachAttrLayoutFreeBuffers),
 ]
 
 # After the schedules are in: weight-layout rewrites that schedules inserted move out of the kernels into
 # their own functions, which constant folding then evaluates once at compile time.
-FINISH_PASSES: list[tuple[str, Callable[[], tvm.transform.Pass]]] = [
-    ("split weight-layout rewrites", T.SplitLayoutRewritePreproc),
-    ("fold rewritten weights", T.FoldConstant),
-    ("eliminate dead code", T.DeadCodeElimination),
+FINISH_PASSES: list[GraphPass] = [
+    GraphPass("split weight-layout rewrites", T.SplitLayoutRewritePreproc),
+    GraphPass("fold rewritten weights", T.FoldConstant),
+    GraphPass("eliminate dead code", T.DeadCodeElimination),
 ]
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A graph rewrite a model went on without, and why (one line)."""
+
+    step: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.step}: skipped ({self.reason})"
+
+
+_OP_NAME = re.compile(r"\b(relax\.[a-z_][\w.]*)")
+
+
+def failure_reason(err: BaseException) -> str:
+    """A TVM exception as one line: the operator it names (if any) and the first line of its message."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip() and not ln.lstrip().startswith(("File ", "^"))]
+    message = next((ln for ln in reversed(lines) if "Error" in ln or "Check failed" in ln), lines[-1] if lines else "")
+    message = re.sub(r"^\S*(Error|Exception):\s*", "", message)[:240] or type(err).__name__
+    ops = sorted({m for m in _OP_NAME.findall(str(err)) if m not in ("relax.transform", "relax.frontend")})
+    where = f"operator {', '.join(ops[:3])}: " if ops else ""
+    return f"{where}{type(err).__name__}: {message}"
 
 
 @dataclass
@@ -110,21 +149,35 @@ def _graph_functions(mod: IRModule) -> list[tuple[str, relax.Function]]:
             if isinstance(f, relax.Function) and not int((f.attrs or {}).get("Primitive", 0))]
 
 
-def run_passes(mod: IRModule, target: Target, passes: list[tuple[str, Callable[[], tvm.transform.Pass]]],
-               on_pass: Callable[[PassChange], None] | None = None) -> IRModule:
+def run_passes(mod: IRModule, target: Target, passes: list[GraphPass],
+               on_pass: Callable[[PassChange], None] | None = None, fallbacks: list[Fallback] | None = None,
+               model_name: str = "the model") -> IRModule:
+    """Apply ``passes`` in order. An optional pass that raises is skipped (the module stays as it was, a
+    ``Fallback`` is appended to ``fallbacks`` and logged); a required one raises ``GraphError``."""
     with target:
-        for name, make in passes:
+        for p in passes:
             before = op_counts(mod) if on_pass else None
             start = time.perf_counter()
-            mod = make()(mod)
+            try:
+                new = p.make()(mod)
+            except Exception as err:  # TVM raises InternalError, TVMError, AssertionError, ValueError, ...
+                reason = failure_reason(err)
+                if not p.optional:
+                    raise GraphError(f"{model_name}: graph rewrite '{p.name}' failed on {reason}") from err
+                log.warning("%s: '%s' skipped: %s", model_name, p.name, reason)
+                if fallbacks is not None:
+                    fallbacks.append(Fallback(p.name, reason))
+                new = mod
+            mod = new
             if on_pass:
-                on_pass(PassChange(name, before, op_counts(mod), time.perf_counter() - start))
+                on_pass(PassChange(p.name, before, op_counts(mod), time.perf_counter() - start))
     return mod
 
 
-def rewrite(mod: IRModule, target: Target, on_pass: Callable[[PassChange], None] | None = None) -> IRModule:
+def rewrite(mod: IRModule, target: Target, on_pass: Callable[[PassChange], None] | None = None,
+            fallbacks: list[Fallback] | None = None, model_name: str = "the model") -> IRModule:
     """The graph rewrites: a Relax module in, one PrimFunc per fusion group out (called from ``main``)."""
-    return run_passes(mod, target, GRAPH_PASSES, on_pass)
+    return run_passes(mod, target, GRAPH_PASSES, on_pass, fallbacks, model_name)
 
 
 @dataclass
@@ -213,9 +266,9 @@ class MemoryPlan:
 
 def memory_plan(fused: IRModule, target: Target) -> MemoryPlan:
     """Peak memory of intermediates, before and after ``StaticPlanBlockMemory`` (static shapes only)."""
-    lowered = run_passes(fused, target, [("", T.RewriteDataflowReshape), ("", T.ToNonDataflow),
-                                         ("", T.RemovePurityChecking), ("", T.CallTIRRewrite)])
-    planned = run_passes(lowered, target, [("", T.StaticPlanBlockMemory)])
+    lowered = run_passes(fused, target, [GraphPass(p.__name__, p, optional=False) for p in (
+        T.RewriteDataflowReshape, T.ToNonDataflow, T.RemovePurityChecking, T.CallTIRRewrite)])
+    planned = run_passes(lowered, target, [GraphPass("static memory planning", T.StaticPlanBlockMemory, False)])
     tensors, _ = _allocations(lowered)
     left, storages = _allocations(planned)
     return MemoryPlan(sum(tensors), sum(left) + sum(storages), len(tensors), len(storages))

@@ -172,6 +172,7 @@ class TraceSearchSpace(SearchSpace):
         for postproc in self._postprocs:
             if not postproc.apply(sch):
                 raise InvalidConfig(f"rejected by {type(postproc).__name__}")
+        _check_layout_rewrites(sch)
         return sch
 
     def effective_decisions(self, sch: Schedule) -> list[Any]:
@@ -190,3 +191,25 @@ class TraceSearchSpace(SearchSpace):
             else:
                 params[k.name] = int(decision)
         return params
+
+
+def _check_layout_rewrites(sch: Schedule) -> None:
+    """Reject a weight-layout rewrite that would drop elements. MetaSchedule's RewriteLayout derives the new
+    layout from the consumer's accesses; where the consumer reads only part of a weight (a bias sliced after
+    its convolution), the index map folds the weight onto fewer elements and the copy overwrites the part
+    that is read: a wrong result (seen on a conv + bias + relu + channel slice)."""
+    for block_rv in sch.get_child_blocks(sch.get_sblock("root")):
+        block = sch.get(block_rv)
+        if "meta_schedule.layout_rewrite_preproc" not in block.annotations:
+            continue
+        src, dst = block.reads[0].source, block.writes[0].source  # TVM 0.27: TensorRegion.source is the buffer
+        if _n_elements(dst) < _n_elements(src):
+            raise InvalidConfig(f"weight-layout rewrite of {src.name} keeps {_n_elements(dst)} of its "
+                                f"{_n_elements(src)} elements")
+
+
+def _n_elements(buffer: Any) -> int:
+    n = 1
+    for dim in buffer.shape:
+        n *= int(dim)
+    return n

@@ -1,0 +1,85 @@
+"""A quiet terminal: TVM's C++ log lines and Python warnings go to a log file, not the user's screen.
+
+TVM's C++ code writes its warnings (``Detected pow(x, y) where y >= 3``, ``Fast mode segfaults ...``) straight
+to file descriptor 2, which Python cannot filter. While a command runs, fd 2 points at the log file (worker
+processes started meanwhile inherit it); the CLI's own messages keep going to the terminal through a copy of
+the original descriptor. Python warnings and library log records go to the same file.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+WARNING_MARKS = ("Warning", "warning", "WARNING")
+
+
+def default_log_path() -> Path:
+    """``$XDG_CACHE_HOME/autosched/autosched.log`` (``~/.cache/...`` by default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "autosched" / "autosched.log"
+
+
+@dataclass
+class NativeLog:
+    path: Path
+    start_offset: int
+    n_warnings: int = 0
+
+    def count_warnings(self) -> int:
+        """Warning lines written to the log since the command started."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.start_offset)
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return 0
+        self.n_warnings = sum(any(m in line for m in WARNING_MARKS) for line in text.splitlines())
+        return self.n_warnings
+
+
+def _terminal_fd() -> int | None:
+    """The descriptor behind ``sys.stderr`` if it is the process's fd 2 (not a test's capture buffer)."""
+    try:
+        return 2 if sys.stderr.fileno() == 2 else None
+    except (AttributeError, io.UnsupportedOperation, ValueError):
+        return None
+
+
+@contextmanager
+def native_output_to(path: Path) -> Iterator[NativeLog]:
+    """Send fd 2 (C++ logs, also of child processes), Python warnings and log records to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log_file = open(path, "ab")  # noqa: SIM115 - closed below, after fd 2 is restored
+    state = NativeLog(path, log_file.tell())
+    handler = logging.StreamHandler(io.TextIOWrapper(os.fdopen(os.dup(log_file.fileno()), "wb"), line_buffering=True))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    logging.captureWarnings(True)
+    sys.stderr.flush()
+    saved_fd = os.dup(2)
+    old_stderr = sys.stderr
+    if _terminal_fd() is not None:  # keep the CLI's own messages on the terminal
+        sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(saved_fd), "wb"), line_buffering=True, errors="replace")
+    os.dup2(log_file.fileno(), 2)
+    try:
+        yield state
+    finally:
+        os.dup2(saved_fd, 2)
+        os.close(saved_fd)
+        if sys.stderr is not old_stderr:
+            sys.stderr.flush()
+            sys.stderr.close()
+            sys.stderr = old_stderr
+        logging.captureWarnings(False)
+        root.removeHandler(handler)
+        handler.close()
+        log_file.close()
+        state.count_warnings()
