@@ -138,7 +138,8 @@ def _run_quietly(args: argparse.Namespace, err) -> int:
         context.__exit__(None, None, None)
         if native.n_warnings:
             err.print(f"({native.n_warnings} warning lines from TVM and libraries written to {log_path})",
-                      style="dim", highlight=False)
+                      style="dim", highlight=False, soft_wrap=True)
+
 
 if __name__ == "__main__":
     sys.exit(main())

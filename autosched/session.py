@@ -23,7 +23,7 @@ from autosched.search.optuna_strategy import OptunaStrategy, seen_from_records
 from autosched.search.screen import ModelScreen
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
-from autosched.tasks import Task
+from autosched.tasks import INPUT_DOMAINS, Task
 from autosched.tune import TuneProgress, TuneResult, tune_task
 
 log = logging.getLogger("autosched.session")
@@ -62,6 +62,19 @@ def warm_screen(screen: ModelScreen, task: Task, records: list) -> None:
     screen.observe(keys, [MeasureResult(r.status, list(r.latencies_s), r.error) for r in built])
 
 
+def describe_check(outputs: list[np.ndarray], domain: str) -> str:
+    """How candidates can be checked against these reference outputs: "full" (every value finite; with the
+    input domain when it is not the first), "partial: ..." (only the finite values can be compared) or "none"."""
+    arrays = [np.asarray(o) for o in outputs]
+    n_values = sum(a.size for a in arrays)
+    n_bad = sum(int((~np.isfinite(a)).sum()) for a in arrays if np.issubdtype(a.dtype, np.floating))
+    if n_bad == 0:
+        return "full" if domain == next(iter(INPUT_DOMAINS)) else f"full ({domain} inputs)"
+    if n_bad == n_values:
+        return "none: every reference output is inf or nan"
+    return f"partial: {n_bad} of {n_values} reference outputs are inf or nan"
+
+
 class TuningSession:
     """Owns the worker processes and the scratch folder; use as a context manager."""
 
@@ -88,30 +101,42 @@ class TuningSession:
 
     # --- reference data ------------------------------------------------------------------------------------
     def prepare_io(self, task: Task) -> TaskIO:
-        """Random inputs and reference outputs for a task, in a .npz the runner workers load once."""
+        """Inputs and reference outputs for a task, in a .npz the runner workers load once.
+
+        Non-constant float inputs are drawn from each of ``INPUT_DOMAINS`` in turn until the reference output
+        is finite. ``task.info["check"]`` says how well candidates can be checked: "full", or why not."""
         path = os.path.join(self._tmp.name, f"io-{task.key}.npz")
-        if os.path.exists(path):
-            return TaskIO(path, task.n_outputs)
-        inputs = task.random_inputs(self.config.seed)
-        out_specs = task.arg_specs()[-task.n_outputs:]
-        arrays = {f"in{i}": x for i, x in enumerate(inputs)}
-        for i, (shape, dtype) in enumerate(out_specs):
-            arrays[f"shape_out{i}"], arrays[f"dtype_out{i}"] = np.array(shape, "int64"), np.array(dtype)
         io = TaskIO(path, task.n_outputs)
-        if task.reference is not None:
-            outputs = task.reference(inputs)
-        else:
-            np.savez(path, **arrays)
-            outputs = self._unscheduled_outputs(task, io)
+        if os.path.exists(path):
+            return io
+        out_specs = task.arg_specs()[-task.n_outputs:]
+        shapes = {}
+        for i, (shape, dtype) in enumerate(out_specs):
+            shapes[f"shape_out{i}"], shapes[f"dtype_out{i}"] = np.array(shape, "int64"), np.array(dtype)
+        library = None
+        for domain in INPUT_DOMAINS:
+            inputs = task.random_inputs(self.config.seed, domain)
+            arrays = {**{f"in{i}": x for i, x in enumerate(inputs)}, **shapes}
+            if task.reference is not None:
+                outputs = task.reference(inputs)
+            else:
+                np.savez(path, **arrays)
+                library = library or self._unscheduled_library(task)
+                outputs = self.runner.reference_outputs(library, io)
+            task.info["check"] = describe_check(outputs, domain)
+            if task.info["check"].startswith("full"):
+                break
+        if task.info["check"].startswith(("partial", "none")):
+            log.warning("%s: reference output not finite for any input domain; %s", task.name, task.info["check"])
         arrays.update({f"out{i}": np.asarray(o) for i, o in enumerate(outputs)})
         np.savez(path, **arrays)
         return io
 
-    def _unscheduled_outputs(self, task: Task, io: TaskIO) -> list[np.ndarray]:
+    def _unscheduled_library(self, task: Task) -> str:
         (build,) = self.builder.build([Candidate(task.key, {}, mod_json=save_json(task.mod))])
         if build.status is not Status.OK:
             raise RuntimeError(f"the unscheduled {task.name} does not build: {build.error}")
-        return self.runner.reference_outputs(build.artifact_path, io)
+        return build.artifact_path
 
     def measure_unscheduled(self, task: Task) -> MeasureResult:
         """TVM's default build of the task, measured like any candidate (the 'untuned' baseline)."""

@@ -57,6 +57,7 @@ class Task:
     n_outputs: int = 1
     reference: Reference | None = None  # None: the unscheduled build is the reference
     info: dict[str, Any] = field(default_factory=dict)
+    constants: dict[int, Any] = field(default_factory=dict, repr=False)  # argument position -> the model's value
 
     @property
     def key(self) -> str:
@@ -69,15 +70,28 @@ class Task:
     def arg_specs(self) -> list[tuple[tuple[int, ...], str]]:
         return arg_specs(self.mod["main"])
 
-    def random_inputs(self, seed: int) -> list[np.ndarray]:
-        """Normal floats, scaled per input by ``info["input_scales"]`` (the std of a model's weights, so
-        values stay in the model's range), and zeros for integer inputs (mostly indices: zero is in range)."""
+    def random_inputs(self, seed: int, domain: str = "normal") -> list[np.ndarray]:
+        """Inputs to check and time the task with: the model's own constants where the task has them
+        (``constants``: weights, masks, position tables); other floats drawn from ``domain`` (see
+        ``INPUT_DOMAINS``); integers zero (in range for any index or position, a valid mask)."""
         rng = np.random.default_rng(seed)
-        specs = self.arg_specs()[: -self.n_outputs]
-        scales = self.info.get("input_scales") or [None] * len(specs)
-        return [(rng.standard_normal(shape) * (1.0 if scale is None else scale)).astype(dtype)
-                if np.issubdtype(np.dtype(dtype), np.floating) else np.zeros(shape, dtype)
-                for (shape, dtype), scale in zip(specs, scales, strict=True)]
+        low, high = INPUT_DOMAINS[domain]
+        out = []
+        for i, (shape, dtype) in enumerate(self.arg_specs()[: -self.n_outputs]):
+            if i in self.constants:
+                out.append(np.asarray(self.constants[i].numpy(), dtype))
+            elif not np.issubdtype(np.dtype(dtype), np.floating):
+                out.append(np.zeros(shape, dtype))
+            elif low is None:
+                out.append(rng.standard_normal(shape).astype(dtype))
+            else:
+                out.append(rng.uniform(low, high, shape).astype(dtype))
+        return out
+
+
+# Distributions of non-constant float inputs, tried in order until the reference output is finite:
+# standard normal, then positive values of moderate size (inside the domains of log, sqrt, pow and division).
+INPUT_DOMAINS: dict[str, tuple[float | None, float | None]] = {"normal": (None, None), "positive": (0.5, 1.5)}
 
 
 def op_task(op: str, shape: tuple[int, ...], target: Target, space_version: int) -> Task:

@@ -109,11 +109,9 @@ def run(
     if not check:
         return {"status": "OK", "latencies_s": [], "error": None, "outputs": [o.numpy() for o in outs]}
     for i, out in enumerate(outs):
-        got, want = out.numpy(), io[f"out{i}"]
-        scale = float(np.abs(want).max()) if want.size else 1.0
-        if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=atol * max(scale, 1.0)):
-            bad = float(np.nanmax(np.abs(got - want))) if got.shape == want.shape else float("nan")
-            return {"status": "WRONG_RESULT", "latencies_s": [], "error": f"output {i} differs: max|err|={bad:.3g}"}
+        error = _compare(out.numpy(), io[f"out{i}"], rtol, atol)
+        if error:
+            return {"status": "WRONG_RESULT", "latencies_s": [], "error": f"output {i} differs: {error}"}
     name, args = "main", [*inputs, *outs]
     if os.path.exists(lib_path + ".timed.json"):  # time the kernel without its weight-layout rewrite
         name, args = TIMED, _timed_args(lib_path + ".timed.json", [*inputs, *outs], dev)
@@ -126,6 +124,23 @@ def run(
     timer = lib.time_evaluator(name, dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms,
                                cooldown_interval_ms=0)
     return {"status": "OK", "latencies_s": list(timer(*args).results), "error": None}
+
+
+def _compare(got: Any, want: Any, rtol: float, atol: float) -> str | None:
+    """None if ``got`` matches the reference, else why not. The tolerance is relative to the largest finite
+    reference value (always finite); where the reference is inf or nan, ``got`` must be the same."""
+    import numpy as np
+
+    if got.shape != want.shape:
+        return f"shape {got.shape} != {want.shape}"
+    if not np.issubdtype(want.dtype, np.floating):
+        return None if np.array_equal(got, want) else "integer values differ"
+    finite = np.isfinite(want)
+    scale = float(np.abs(want[finite]).max()) if finite.any() else 1.0
+    if np.allclose(got, want, rtol=rtol, atol=atol * max(scale, 1.0), equal_nan=True):
+        return None
+    diff = np.abs(got[finite].astype(np.float64) - want[finite])
+    return f"max|err|={float(np.nanmax(diff)) if diff.size else float('nan'):.3g}"
 
 
 def _timed_args(spec_path: str, args: list[Any], dev: Any) -> list[Any]:

@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -194,9 +195,11 @@ class FusionGroup:
         return estimate_flops(IRModule({"main": self.func}))
 
     @property
-    def input_scales(self) -> list[float | None]:
-        """RMS of each constant argument (a weight), None for the rest; computed only when tasks need it."""
-        return [_constant_rms(arg) for arg in self.args]
+    def constants(self) -> dict[int, Any]:
+        """The constant arguments (weights, masks, position tables) by position, as TVM tensors: a task is
+        checked and timed with the model's own values (random weights put GELU's erf off its fast path and
+        random masks or positions out of their range)."""
+        return {i: arg.value for i, arg in enumerate(self.args) if isinstance(arg, tvm.ir.GenericConst)}
 
 
 def fusion_groups(fused: IRModule) -> list[FusionGroup]:
@@ -219,15 +222,6 @@ def fusion_groups(fused: IRModule) -> list[FusionGroup]:
     return groups
 
 
-def _constant_rms(arg: object) -> float | None:
-    """Root mean square of a floating-point constant argument (a weight); None for anything else or zeros."""
-    if not isinstance(arg, tvm.ir.GenericConst):  # TVM 0.27's relax constant (was relax.Constant)
-        return None
-    data = arg.value.numpy()
-    rms = float(np.sqrt(np.mean(np.square(data, dtype=np.float64)))) if np.issubdtype(data.dtype, np.floating) else 0
-    return rms if rms > 0 else None
-
-
 def group_module(func: PrimFunc) -> IRModule:
     """A fusion group's PrimFunc as the module a task tunes (the same normal form at tune and compile time).
 
@@ -246,9 +240,8 @@ def extract_tasks(fused: IRModule, target: Target, space_version: int) -> list[T
     for group in fusion_groups(fused):
         task = primfunc_task(group.name, group_module(group.func), target, space_version, group.weight,
                              group.n_outputs)
-        # measure with weights of the model's own magnitude: standard-normal weights blow up activations
-        # (std ~ sqrt(fan-in)), and some kernels are data-dependent (GELU's erf: 2.1 ms vs 0.8 ms).
-        task.info.update(pattern=group.pattern, group=group.name, input_scales=group.input_scales)
+        task.info.update(pattern=group.pattern, group=group.name)
+        task.constants = group.constants  # identical groups share a key: the first group's values are used
         if task.key in by_key:
             by_key[task.key].weight += group.weight
         else:
@@ -276,7 +269,6 @@ def memory_plan(fused: IRModule, target: Target) -> MemoryPlan:
 
 def _allocations(mod: IRModule) -> tuple[list[int], list[int]]:
     """Byte sizes of ``builtin.alloc_tensor`` and ``memory.alloc_storage`` calls in the graph functions."""
-    import numpy as np
 
     tensors: list[int] = []
     storages: list[int] = []

@@ -62,20 +62,18 @@ def test_cse_dce_and_equal_groups_merge_into_one_weighted_task(cpu_target):
     assert len({t.key for t in tasks}) == len(tasks)
 
 
-def test_tasks_are_measured_with_weights_of_the_models_own_magnitude(cpu_target):
+def test_tasks_are_measured_with_the_models_own_weights(cpu_target):
     from onnx import numpy_helper
 
     proto = mlp(batch=4)
     w1 = next(numpy_helper.to_array(t) for t in proto.graph.initializer if t.name == "W1")
     fused = rewrite(load_model(proto).mod, cpu_target)
     first = next(t for t in extract_tasks(fused, cpu_target, settings_for(cpu_target).version) if "matmul" in t.name)
-    w1_rms = float(np.sqrt(np.mean(w1.astype(np.float64) ** 2)))
-    scales = first.info["input_scales"]
-    assert scales[0] is None  # the activation: standard normal
-    assert w1_rms in [pytest.approx(s) for s in scales if s is not None]
+    assert 0 not in first.constants  # the activation
     x, *weights = first.random_inputs(0)
     assert 0.8 < x.std() < 1.2
-    assert any(abs(np.sqrt(np.mean(w.astype(np.float64) ** 2)) / w1_rms - 1) < 0.2 for w in weights)
+    # the weight as the model holds it (transposed by constant folding): the same values
+    assert any(w.size == w1.size and np.array_equal(np.sort(w, axis=None), np.sort(w1, axis=None)) for w in weights)
 
 
 def test_constant_subgraphs_fold_in_a_relax_module(cpu_target):

@@ -1,0 +1,80 @@
+"""Every task of a model is really checked: inputs in range, a finite reference, a finite tolerance, and a task
+that cannot be fully checked says so."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import _model
+
+from autosched.config import TuneConfig
+from autosched.measure.worker import _compare
+from autosched.models.frontends import load_model
+from autosched.models.graph import extract_tasks, rewrite
+from autosched.session import TuningSession, describe_check
+from autosched.spaces.settings import settings_for
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+
+def _tasks(proto, target):
+    fused = rewrite(load_model(proto, fold_onnx_graph=False).mod, target)
+    return extract_tasks(fused, target, settings_for(target).version)
+
+
+def _one_input_graph(nodes, inits, shape=(4, 16)):
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))], inits)
+
+
+def test_constant_arguments_are_the_models_own_values(cpu_target):
+    """A mask filled with float32's lowest value (as Hugging Face builds attention masks) reaches the task as
+    it is: scaled random values overflowed to inf and made the tolerance infinite."""
+    mask = np.zeros((4, 16), np.float32)
+    mask[:, 8:] = np.finfo(np.float32).min
+    proto = _one_input_graph([helper.make_node("Add", ["x", "mask"], ["s"]),
+                              helper.make_node("Softmax", ["s"], ["y"], axis=-1)], {"mask": mask})
+    (task,) = [t for t in _tasks(proto, cpu_target) if t.constants]
+    inputs = task.random_inputs(0)
+    position, = task.constants
+    np.testing.assert_array_equal(inputs[position], mask)
+    with TuningSession(TuneConfig(n_threads=1), task.target_json) as session:
+        session.prepare_io(task)
+    assert task.info["check"] == "full"
+
+
+def test_inputs_move_into_the_domain_of_sqrt_and_log(cpu_target):
+    proto = _one_input_graph([helper.make_node("Sqrt", ["x"], ["r"]), helper.make_node("Log", ["r"], ["y"])], {})
+    (task,) = _tasks(proto, cpu_target)
+    with TuningSession(TuneConfig(n_threads=1), task.target_json) as session:
+        io = session.prepare_io(task)
+        saved = np.load(io.io_path)
+        assert np.isfinite(saved["out0"]).all()
+    assert task.info["check"] == "full (positive inputs)"
+    assert saved["in0"].min() > 0
+
+
+def test_a_task_that_cannot_be_fully_checked_says_so(cpu_target):
+    proto = _one_input_graph([helper.make_node("Div", ["x", "zero"], ["y"])], {"zero": np.zeros((4, 16), np.float32)})
+    (task,) = _tasks(proto, cpu_target)
+    with TuningSession(TuneConfig(n_threads=1), task.target_json) as session:
+        session.prepare_io(task)
+    assert task.info["check"] == "none: every reference output is inf or nan"
+
+
+def test_describe_check_counts_non_finite_outputs():
+    assert describe_check([np.ones(4), np.arange(3)], "normal") == "full"
+    assert describe_check([np.array([1.0, np.inf, np.nan, 2.0])], "normal") == \
+        "partial: 2 of 4 reference outputs are inf or nan"
+
+
+def test_the_tolerance_stays_finite_when_the_reference_has_inf():
+    want = np.array([1.0, 2.0, np.inf, -np.inf, np.nan], np.float32)
+    assert _compare(want.copy(), want, 1e-3, 1e-4) is None  # same inf/nan positions, same values
+    wrong = want.copy()
+    wrong[1] = 2.5  # the inf elsewhere must not widen the tolerance to infinity
+    assert _compare(wrong, want, 1e-3, 1e-4).startswith("max|err|=0.5")
+    flipped = want.copy()
+    flipped[2] = 7.0
+    assert _compare(flipped, want, 1e-3, 1e-4) is not None
