@@ -18,6 +18,7 @@ import numpy as np
 
 from autosched._tvm import IRModule, PrimFunc, Target, estimate_flops, relax, tvm
 from autosched.errors import GraphError
+from autosched.models.constant_folding import fold_simple_constants
 from autosched.tasks import Task, primfunc_task
 
 log = logging.getLogger("autosched.graph")
@@ -59,9 +60,11 @@ GRAPH_PASSES: list[GraphPass] = [
     GraphPass("decompose remaining ops for inference", T.DecomposeOpsForInference, optional=False),
     GraphPass("canonicalize bindings", T.CanonicalizeBindings),
     GraphPass("eliminate common subexpressions", T.EliminateCommonSubexpr),
+    GraphPass("fold permutes and arithmetic of constants (numpy)", lambda: fold_simple_constants),
     GraphPass("fold constants", T.FoldConstant),
     GraphPass("eliminate dead code", T.DeadCodeElimination),
     GraphPass("convolutions to NHWC layout", _nhwc_convolutions),  # after DCE: it segfaults on unused BN outputs
+    GraphPass("permute weights to OHWI (numpy)", lambda: fold_simple_constants),
     GraphPass("fold constants (weights to OHWI)", T.FoldConstant),
     GraphPass("legalize ops to TIR", T.LegalizeOps, optional=False),
     GraphPass("annotate op patterns", T.AnnotateTIROpPattern, optional=False),

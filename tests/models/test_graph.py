@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import conv_bn_relu, mlp, redundant, relax_linear
 
-from autosched._tvm import arg_specs, tvm
+from autosched._tvm import arg_specs, relax, tvm
 from autosched.errors import GraphError
 from autosched.models.frontends import load_model
 from autosched.models.graph import (
@@ -30,7 +30,7 @@ def _rewrite_with_log(model, target):
 def test_batch_norm_folds_into_the_conv_and_relu_fuses(cpu_target):
     fused, log = _rewrite_with_log(load_model(conv_bn_relu()[0], fold_onnx_graph=False), cpu_target)
     assert log["fold batch-norm into conv weights"].changed["nn.batch_norm"] == -1
-    assert log["fold constants"].changed  # the folded scale and bias are computed at compile time
+    assert log["fold permutes and arithmetic of constants (numpy)"].changed  # BN's scale and bias, precomputed
     groups = fusion_groups(fused)
     assert [(g.name.rstrip("0123456789"), g.pattern) for g in groups] == [
         ("transpose", "injective"), ("fused_conv2d_add_relu", "out-elementwise-fusable"), ("transpose", "injective")]
@@ -43,7 +43,7 @@ def test_convolutions_run_channels_last_with_weights_permuted_at_compile_time(cp
     fused, log = _rewrite_with_log(model, cpu_target)
     # one permute for the input, one for the output, one per constant (weight, bias) folded away
     assert log["convolutions to NHWC layout"].changed["permute_dims"] == 4
-    assert log["fold constants (weights to OHWI)"].changed["permute_dims"] == -2
+    assert log["permute weights to OHWI (numpy)"].changed["permute_dims"] == -2
     conv = next(g for g in fusion_groups(fused) if "conv2d" in g.name)
     (data, _), (weight, _) = arg_specs(conv.func)[:2]
     assert data == (n, h, w, c)  # NHWC
@@ -78,7 +78,7 @@ def test_tasks_are_measured_with_the_models_own_weights(cpu_target):
 
 def test_constant_subgraphs_fold_in_a_relax_module(cpu_target):
     _, log = _rewrite_with_log(load_model(relax_linear()), cpu_target)
-    assert log["fold constants"].changed.get("permute_dims") == -1  # W^T of a constant W is precomputed
+    assert log["fold permutes and arithmetic of constants (numpy)"].changed.get("permute_dims") == -1  # W^T
 
 
 def test_pass_list_is_named_and_ordered():
@@ -168,3 +168,25 @@ def test_onnx_shape_subgraphs_fold_before_tvm_sees_them(cpu_target, tmp_path):
     want = ort.InferenceSession(model.onnx_bytes, providers=["CPUExecutionProvider"]).run(None, {"x": x[0]})[0]
     got = compile_model(model, cpu_target, None, fused=fused)(*x)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_numpy_constant_folding_matches_tvms(cpu_target):
+    """The numpy folder computes what FoldConstant would (same IEEE operations), only faster."""
+    from autosched.models.constant_folding import fold_simple_constants
+
+    model = load_model(conv_bn_relu()[0], fold_onnx_graph=False)
+    mod = run_passes(model.mod, cpu_target, GRAPH_PASSES[:4])  # up to the first folding pass
+    with cpu_target:
+        by_numpy = relax.transform.FoldConstant()(fold_simple_constants(mod))
+        by_tvm = relax.transform.FoldConstant()(mod)
+    assert op_counts(by_numpy) == op_counts(by_tvm)
+    consts = [[c.value.numpy() for c in _constants(m)] for m in (by_numpy, by_tvm)]
+    assert len(consts[0]) == len(consts[1]) > 0
+    for a, b in zip(sorted(consts[0], key=np.size), sorted(consts[1], key=np.size), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def _constants(mod):
+    found = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: found.append(e) if isinstance(e, tvm.ir.GenericConst) else 0)
+    return found
