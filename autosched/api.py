@@ -54,18 +54,25 @@ def load_kernel(db: str | Database, task_key: str) -> Any:
 # --- whole models ----------------------------------------------------------------------------------------
 def load_model(source: Any, inputs: dict[str, tuple[int, ...]] | None = None, example_inputs: tuple | None = None,
                name: str | None = None):
-    """An ONNX path or ModelProto, a ``torch.nn.Module`` (with ``example_inputs``), a Relax IRModule, or
-    ``"zoo:NAME"`` (a built-in model, exported to ONNX)."""
+    """An ONNX path or ModelProto, a ``torch.nn.Module`` (with ``example_inputs``), a Relax IRModule,
+    ``"zoo:NAME"`` (a built-in model) or ``"corpus:NAME"`` / ``"corpus:NAME@small"`` (a model of the corpus,
+    ``autosched.models.corpus``, full size unless ``@small``); built-in and corpus models are exported to ONNX
+    and imported from that file, as a user's would be."""
     from autosched.models.frontends import load_model as _load
 
-    if isinstance(source, str) and source.startswith("zoo:"):
+    if isinstance(source, str) and source.startswith(("zoo:", "corpus:")):
         import tempfile
 
-        from autosched.models import zoo
+        from autosched.models import corpus, zoo
 
-        with tempfile.TemporaryDirectory(prefix="autosched-zoo-") as tmp:
-            zoo_name = source.removeprefix("zoo:")
-            return _load(zoo.export_onnx(zoo_name, f"{tmp}/{zoo_name}.onnx"), inputs, name=name or zoo_name)
+        kind, _, spec = source.partition(":")
+        with tempfile.TemporaryDirectory(prefix=f"autosched-{kind}-") as tmp:
+            if kind == "zoo":
+                path = zoo.export_onnx(spec, f"{tmp}/{spec}.onnx")
+            else:
+                model_name, _, size = spec.partition("@")
+                path = corpus.export_onnx(model_name, f"{tmp}/{model_name}.onnx", size=size or "full")
+            return _load(path, inputs, name=name or spec)
     return _load(source, inputs, example_inputs, name)
 
 
@@ -80,16 +87,20 @@ def extract_model_tasks(model: Any, target: str | Target = "llvm", n_threads: in
 
 def tune_model(model: Any, target: str | Target = "llvm", db: str | Database = "tuning_logs/autosched.db",
                config: TuneConfig | None = None, on_progress: Callable | None = None):
-    """Tune every fusion group of a model; ``config.n_trials`` per task on average, shared by the scheduler."""
+    """Tune every fusion group of a model; ``config.n_trials`` per task on average, shared by the scheduler,
+    and at most ``config.time_budget_s`` seconds from this call on (when set; ``n_trials=0`` then lifts the
+    trial limit). Returns a ``ModelTuneResult`` (per-task states; ``n_tasks``, ``n_tuned``, ``n_default``)."""
     from autosched.models.tuning import tune_model_tasks
     from autosched.session import TuningSession
+    from autosched.tune import Deadline
 
     config = config or TuneConfig()
+    deadline = Deadline.after(config.time_budget_s)
     target = target if isinstance(target, Target) else make_target(target, config.threads)
     tasks = extract_model_tasks(model, target)
     database = open_database(db)
     with TuningSession(config, tasks[0].target_json) as session:
-        return tune_model_tasks(session, tasks, database, config.n_trials, on_progress)
+        return tune_model_tasks(session, tasks, database, config.n_trials, on_progress, deadline)
 
 
 def compile(model: Any, target: str | Target = "llvm", db: str | Database | None = None,

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from autosched.config import COST_MODELS
+from autosched.config import COST_MODELS, parse_duration
 from autosched.errors import AutoschedError, UserInputError
 
 EXIT_USER_ERROR = 2
@@ -28,6 +28,9 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shape", help="operator sizes, comma-separated, e.g. 512,512,512 (with --op)")
     p.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, a TVM tag, or a JSON dict")
     p.add_argument("--trials", type=int, help="measured candidates per task, earlier runs included (64)")
+    p.add_argument("--time", type=parse_duration, metavar="DURATION",
+                   help="a model's wall-time budget (90s, 10m, 1.5h or seconds), baselines included; with --trials "
+                        "it stops at whichever ends first, alone it lifts the trial limit")
     p.add_argument("--db", default="tuning_logs/autosched.db", help="SQLite path or SQLAlchemy URL")
     p.add_argument("--sampler", help="tpe (default), random, cmaes, gp, nsga2")
     p.add_argument("--seed", type=int, help="seed of the sampler, design spaces and inputs (0)")
@@ -110,6 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AutoschedError as e:
         err.print(f"autosched: error: {e}", style="red", highlight=False, soft_wrap=True)
         return 1
+    except Exception as e:  # a bug or an unforeseen TVM failure: one line here, the traceback in the log
+        from autosched.models.graph import failure_reason
+
+        err.print(f"autosched: internal error: {failure_reason(e)} (traceback in the log file; please report it)",
+                  style="red", highlight=False, soft_wrap=True)
+        return 1
 
 
 def _run_quietly(args: argparse.Namespace, err) -> int:
@@ -132,6 +141,11 @@ def _run_quietly(args: argparse.Namespace, err) -> int:
 
         module = model_commands if args.command in ("inspect", "compile", "run") else commands
         return getattr(module, f"cmd_{args.command.replace('-', '_')}")(args)
+    except (AutoschedError, KeyboardInterrupt):
+        raise
+    except Exception:
+        logging.getLogger("autosched.cli").exception("unexpected failure")  # the full traceback, to the log file
+        raise
     finally:
         if console:
             logging.getLogger().removeHandler(console)

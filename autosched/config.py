@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,11 +14,17 @@ from typing import Any
 from autosched.errors import UserInputError
 
 COST_MODELS = ("xgb", "random", "none")  # what screens the sampler's proposals before measuring
+_SECONDS_PER = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 @dataclass(frozen=True)
 class TuneConfig:
-    n_trials: int = 64  # measured candidates per task (total, including earlier runs on the same database)
+    n_trials: int = 64  # measured candidates per task (total, including earlier runs on the same database);
+    # 0 = no limit (a model tuned with a time budget)
+    time_budget_s: float = 0.0  # models: wall time of the whole run, untuned baselines included; 0 = none
+    cheap_share: float = 0.01  # models: a task under this share of the untuned latency whose pattern is cheap
+    # (elementwise, broadcast, injective, or a reduction under 1 MFLOP) gets its default schedule, measured once,
+    # instead of a search; 0 = search every task
     batch_size: int = 8  # candidates proposed, built in parallel, then measured one by one
     sampler: str = "tpe"  # tpe | random | cmaes | gp | nsga2
     seed: int = 0  # drives the sampler, the design spaces and the random inputs
@@ -34,6 +42,13 @@ class TuneConfig:
     explore: float = 0.125  # share of each batch picked at random (designs the model ranks low get their own share)
     rtol: float = 1e-3  # output check against the reference
     atol: float = 1e-4  # relative to the largest reference value
+
+    def __post_init__(self) -> None:
+        budget, share = self.time_budget_s, self.cheap_share
+        if not isinstance(budget, int | float) or not 0 <= budget < math.inf:
+            raise UserInputError(f"time_budget_s must be a number of seconds >= 0 (0 = none), got {budget!r}")
+        if not isinstance(share, int | float) or not 0 <= share < 1:
+            raise UserInputError(f"cheap_share must be a number in [0, 1), got {share!r}")
 
     @property
     def threads(self) -> int:
@@ -55,3 +70,14 @@ class TuneConfig:
         if unknown:
             raise UserInputError(f"config {path}: unknown keys {unknown}; valid keys: {sorted(names)}")
         return cls(**table)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``10m`` or ``1.5h``; anything else or a non-positive value: UserInputError."""
+    match = re.fullmatch(r"(\d+\.?\d*|\.\d+)([smh]?)", text.strip().lower())
+    seconds = float(match[1]) * _SECONDS_PER[match[2]] if match else 0.0
+    if not 0 < seconds < math.inf:
+        raise UserInputError(
+            f"--time {text!r}: give a positive duration such as 90s, 10m or 1.5h (a plain number is seconds)"
+        )
+    return seconds

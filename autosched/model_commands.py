@@ -110,49 +110,75 @@ def _summary(changed: dict[str, int]) -> str:
 # --- tune ------------------------------------------------------------------------------------------------
 def tune_model_command(args: argparse.Namespace) -> int:
     from autosched.db import open_database
-    from autosched.models.graph import extract_tasks
+    from autosched.models.graph import extract_tasks, fusion_groups
     from autosched.models.tuning import tune_model_tasks
     from autosched.session import TuningSession, load_start_model
     from autosched.spaces.settings import settings_for
+    from autosched.tune import Deadline
 
     cfg = _config(args)
+    if args.time is not None:  # --time alone lifts the trial limit
+        cfg = cfg.replace(time_budget_s=args.time, n_trials=cfg.n_trials if args.trials else 0)
+    deadline = Deadline.after(cfg.time_budget_s)  # the budget covers the whole command from here
     model, target, fused = _load(args, cfg.threads)
     tasks = extract_tasks(fused, target, settings_for(target).version)
     if cfg.cost_model == "xgb" and cfg.transfer:
         load_start_model(cfg.transfer_model, target.kind.name)
     db = open_database(args.db)
-    err.print(f"{model.name}: {len(tasks)} tasks, {cfg.n_trials} trials per task on average "
-              f"({cfg.n_trials * len(tasks)} in all, earlier runs in {args.db} included)")
+    n_groups, total = len(fusion_groups(fused)), cfg.n_trials * len(tasks) or None
+    budget = [f"{cfg.n_trials} trials per task on average ({total} in all, earlier runs in {args.db} included)"
+              ] if total else []
+    budget += [f"time budget {cfg.time_budget_s:g} s (baselines included)"] if cfg.time_budget_s else []
+    err.print(f"{model.name}: {len(tasks)} tasks from {n_groups} fusion groups, {' and '.join(budget)}")
     with TuningSession(cfg, tasks[0].target_json) as session, Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("est. {task.fields[est]} (untuned {task.fields[untuned]})"), TextColumn("{task.fields[now]}"),
-            TimeElapsedColumn(), TextColumn("left ~{task.fields[eta]}"), console=err) as bar:
-        bar_id = bar.add_task(model.name, total=cfg.n_trials * len(tasks), est="?", untuned="?", now="", eta="?")
+            TimeElapsedColumn(), TextColumn("{task.fields[left]}"), console=err) as bar:
+        bar_id = bar.add_task(model.name, total=total, est="?", untuned="?", now="", left="left ~?")
+        of_budget = f" of {cfg.time_budget_s:g}s" if cfg.time_budget_s else ""
 
         def on_progress(p) -> None:
+            left = f"left ~{p.eta_s:.0f}s{of_budget}" if p.eta_s == p.eta_s else "left ~?"
             bar.update(bar_id, completed=p.n_done, est=_fmt_s(p.estimated_s), untuned=_fmt_s(p.untuned_s),
-                       now=p.task_name, eta=f"{p.eta_s:.0f}s" if p.eta_s == p.eta_s else "?")
+                       now=p.task_name, left=left)
 
-        result = tune_model_tasks(session, tasks, db, cfg.n_trials, on_progress)
-    _print_model_table(model.name, result, args.db)
+        result = tune_model_tasks(session, tasks, db, cfg.n_trials, on_progress, deadline)
+    _print_model_table(model.name, result, args.db, n_groups)
     db.close()
     return 0
 
 
-def _print_model_table(name: str, result, db_path: str) -> None:
-    table = Table(title=f"autosched tune: {name}")
-    for col in ("task", "pattern", "weight", "trials", "untuned", "best", "GFLOPS", "speedup", "share of est."):
-        table.add_column(col, justify="left" if col in ("task", "pattern") else "right")
+def _print_model_table(name: str, result, db_path: str, n_groups: int) -> None:
+    counts = (f"{n_groups} fusion groups -> {result.n_tasks} distinct tasks, {result.n_tuned} tuned, "
+              f"{result.n_default} on default schedules (cheap)"
+              + (f", {len(result.unmeasured)} not measured (out of time)" if result.unmeasured else ""))
+    table = Table(title=f"autosched tune: {name}: {counts}")
+    for col in ("task", "pattern", "weight", "schedule", "trials", "untuned", "best", "GFLOPS", "speedup",
+                "share of est."):
+        table.add_column(col, justify="left" if col in ("task", "pattern", "schedule") else "right")
     total = result.estimated_s or 1.0
     for s in sorted(result.states, key=lambda s: -s.contribution_s):
         speedup = s.untuned_s / s.best_s if s.best_s < float("inf") and s.untuned_s < float("inf") else float("nan")
-        table.add_row(s.task.name, s.task.info.get("pattern", ""), str(s.task.weight), str(s.n_trials),
-                      _fmt_s(s.untuned_s), _fmt_s(s.best_s), _gflops(s.task.flops, s.best_s),
+        table.add_row(s.task.name, s.task.info.get("pattern", ""), str(s.task.weight),
+                      "default (cheap)" if s.cheap else "search", str(s.n_trials), _fmt_s(s.untuned_s),
+                      _fmt_s(s.best_s), _gflops(s.task.flops, s.best_s),
                       f"{speedup:.1f}x" if speedup == speedup else "-", f"{s.contribution_s / total:.0%}")
     out.print(table)
     gain = result.untuned_s / result.estimated_s if result.estimated_s else float("nan")
+    stop = "; stopped by the time budget" if result.out_of_time else ""
+    out.print(f"{name}: {counts}")
     out.print(f"estimated kernel time per inference: {_fmt_s(result.estimated_s)} (untuned {_fmt_s(result.untuned_s)}, "
-              f"{gain:.1f}x); {result.n_new} new measurements in {result.elapsed_s:.0f} s; database: {db_path}")
+              f"{gain:.1f}x); {result.n_new} new measurements in {result.elapsed_s:.0f} s{stop}; database: {db_path}")
+    _print_unchecked([s.task for s in result.states])
+
+
+def _print_unchecked(tasks: list) -> None:
+    """Tasks whose candidates could not be fully checked against the reference, by name and count."""
+    partial = [t for t in tasks if not t.info.get("check", "full").startswith("full")]
+    if partial:
+        err.print(f"{len(partial)} of {len(tasks)} tasks could not be fully checked (reference outputs not finite "
+                  "for any input domain): " + "; ".join(f"{t.name}: {t.info['check']}" for t in partial),
+                  style="yellow", highlight=False, soft_wrap=True)
 
 
 # --- compile / run ---------------------------------------------------------------------------------------

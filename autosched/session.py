@@ -24,7 +24,7 @@ from autosched.search.screen import ModelScreen
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
 from autosched.tasks import INPUT_DOMAINS, Task
-from autosched.tune import TuneProgress, TuneResult, tune_task
+from autosched.tune import NO_DEADLINE, Deadline, TuneProgress, TuneResult, tune_task
 
 log = logging.getLogger("autosched.session")
 
@@ -156,11 +156,13 @@ class TuningSession:
                               seen=seen_from_records(records), screen=screen)
 
     def tune(self, task: Task, db: Database, on_progress: Callable[[TuneProgress], None] | None = None,
-             strategy: OptunaStrategy | None = None, n_trials: int | None = None) -> TuneResult:
-        """Measure until the task has ``n_trials`` (default: the config's) measurements in ``db``."""
+             strategy: OptunaStrategy | None = None, n_trials: int | None = None,
+             deadline: Deadline = NO_DEADLINE) -> TuneResult:
+        """Measure until the task has ``n_trials`` (default: the config's) measurements in ``db``, or until
+        ``deadline``."""
         cfg = self.config
         db.commit_task(TaskRow(task.key, task.name, task.target_json, task.space_version, save_json(task.mod),
                                task.flops, task.info))
         strategy = strategy or self.strategy(task, db)
         return tune_task(task, strategy, self.builder, self.runner, db, self.prepare_io(task),
-                         n_trials or cfg.n_trials, cfg.batch_size, on_progress)
+                         n_trials or cfg.n_trials, cfg.batch_size, on_progress, deadline)

@@ -43,6 +43,37 @@ def eta_s(elapsed_s: float, n_new: int, n_left: int) -> float:
     return elapsed_s / n_new * n_left if n_new else float("nan")
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """A wall-clock limit: ``at`` is a reading of ``clock`` (``time.monotonic``; tests pass a fake clock)."""
+
+    at: float
+    clock: Callable[[], float] = time.monotonic
+
+    @classmethod
+    def after(cls, seconds: float, clock: Callable[[], float] = time.monotonic) -> Deadline:
+        """``seconds`` from now; 0 or less: no limit."""
+        return cls(clock() + seconds if seconds > 0 else float("inf"), clock)
+
+    @property
+    def limited(self) -> bool:
+        return self.at < float("inf")
+
+    def left_s(self) -> float:
+        return self.at - self.clock()
+
+    def allows(self, expected_s: float) -> bool:
+        """Whether something expected to take ``expected_s`` seconds still ends in time."""
+        return self.left_s() > expected_s
+
+    def allows_another(self, since: float, n_done: int) -> bool:
+        """Whether one more step, as long as the mean of the ``n_done`` steps begun at ``since``, ends in time."""
+        return self.allows((self.clock() - since) / n_done if n_done else 0.0)
+
+
+NO_DEADLINE = Deadline(float("inf"))
+
+
 @dataclass
 class TuneResult:
     task: Task
@@ -51,6 +82,7 @@ class TuneResult:
     n_new: int  # in this run
     elapsed_s: float
     status_counts: Counter = field(default_factory=Counter)
+    out_of_time: bool = False  # stopped by the deadline before ``n_trials``
 
     @property
     def best_latency_s(self) -> float:
@@ -75,36 +107,61 @@ def baseline_record(task: Task, res: MeasureResult) -> TuningRecord:
     return to_record(task, Candidate(task.key, {"baseline": "unscheduled"}, list(BASELINE_DECISIONS)), res)
 
 
+def _ask(task: Task, strategy: SearchStrategy, db: Database, n: int, counts: Counter) -> list[Candidate]:
+    """Up to ``n`` candidates; the ones rejected before building go to the database as INVALID records."""
+    cands = strategy.ask(n)
+    rejected = strategy.drain_rejected()
+    db.commit([to_record(task, c, MeasureResult(Status.INVALID, error=c.invalid_reason)) for c in rejected])
+    counts[Status.INVALID] += len(rejected)
+    return cands
+
+
+def _measure(task: Task, strategy: SearchStrategy, builder: Builder, runner: Runner, db: Database, io: TaskIO,
+             cands: list[Candidate]) -> list[TuningRecord]:
+    """Build and run a batch; its records are saved before the sampler hears of them."""
+    try:
+        results = runner.run(builder.build(cands), io)
+    except BaseException:
+        strategy.abandon(cands)  # nothing half-measured reaches the database or the sampler
+        raise
+    records = [to_record(task, c, r) for c, r in zip(cands, results, strict=True)]
+    db.commit(records)
+    strategy.tell(cands, results)
+    return records
+
+
 def tune_task(task: Task, strategy: SearchStrategy, builder: Builder, runner: Runner, db: Database, io: TaskIO,
-              n_trials: int, batch_size: int = 8,
-              on_progress: Callable[[TuneProgress], None] | None = None) -> TuneResult:
-    """Measure candidates until the task has ``n_trials`` measurements in ``db`` (resumes earlier runs)."""
+              n_trials: int, batch_size: int = 8, on_progress: Callable[[TuneProgress], None] | None = None,
+              deadline: Deadline = NO_DEADLINE) -> TuneResult:
+    """Measure candidates until the task has ``n_trials`` measurements in ``db`` (resumes earlier runs), or
+    until the next batch would not end before ``deadline`` (judged by this call's batches so far); a batch
+    whose proposals took the time that was left is dropped unmeasured."""
     start, counts = time.perf_counter(), Counter()
     done = done_at_start = db.n_measured(task.key)
     best = db.best(task.key, task.target_json)
+    batch_start, n_batches, out_of_time = deadline.clock(), 0, False
     while done < n_trials:
-        cands = strategy.ask(min(batch_size, n_trials - done))
-        rejected = strategy.drain_rejected()
-        db.commit([to_record(task, c, MeasureResult(Status.INVALID, error=c.invalid_reason)) for c in rejected])
-        counts[Status.INVALID] += len(rejected)
+        if not deadline.allows_another(batch_start, n_batches):
+            out_of_time = True
+            break
+        cands = _ask(task, strategy, db, min(batch_size, n_trials - done), counts)
         if not cands:
             log.info("%s: search space exhausted after %d trials", task.name, done)
             break
-        try:
-            results = runner.run(builder.build(cands), io)
-        except BaseException:
-            strategy.abandon(cands)  # nothing half-measured reaches the database or the sampler
-            raise
-        records = [to_record(task, c, r) for c, r in zip(cands, results, strict=True)]
-        db.commit(records)  # measurements are saved before the sampler hears of them
-        strategy.tell(cands, results)
-        counts.update(r.status for r in results)
-        done += len(cands)
+        if deadline.left_s() <= 0:
+            strategy.abandon(cands)
+            out_of_time = True
+            break
+        records = _measure(task, strategy, builder, runner, db, io, cands)
+        counts.update(r.status for r in records)
+        done, n_batches = done + len(cands), n_batches + 1
         for rec in records:
             if rec.status is Status.OK and (best is None or rec.latency_s < best.latency_s):
                 best = rec
         if on_progress:
             on_progress(TuneProgress(task.name, done, n_trials, best.latency_s if best else float("inf"),
                                      task.flops, time.perf_counter() - start, done_at_start))
+    if out_of_time:
+        log.info("%s: time budget reached after %d trials", task.name, done)
     return TuneResult(task, db.best(task.key, task.target_json), done, done - done_at_start,
-                      time.perf_counter() - start, counts)
+                      time.perf_counter() - start, counts, out_of_time)

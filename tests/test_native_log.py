@@ -40,3 +40,18 @@ def test_an_unwritable_log_file_is_a_one_line_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert main(["--log", str(blocker / "sub" / "x.log"), "show", "--db", str(tmp_path / "none.db")]) == 2
+
+
+def test_an_unexpected_failure_is_one_line_with_the_traceback_in_the_log(tmp_path, monkeypatch, capsys):
+    from autosched import commands
+    from autosched.cli import main
+
+    def explode(args):
+        raise RuntimeError("InternalError: Check failed: (x) is false: something deep in TVM\n  File a.cc\n  more")
+
+    monkeypatch.setattr(commands, "cmd_show", explode)
+    log = tmp_path / "run.log"
+    assert main(["--log", str(log), "show", "--db", str(tmp_path / "x.db")]) == 1
+    shown = capsys.readouterr().err.strip()
+    assert shown.count("\n") == 0 and "internal error" in shown and "something deep in TVM" in shown
+    assert "Traceback" in log.read_text() and "explode" in log.read_text()

@@ -18,7 +18,7 @@ import numpy as np
 from autosched._tvm import IRModule, Target, cpu_device, relax, set_num_threads, tvm
 from autosched.apply import schedule_from_record
 from autosched.db import Database
-from autosched.errors import GraphError, InvalidConfig, UserInputError
+from autosched.errors import GraphError, UserInputError
 from autosched.models.frontends import InputSpec, Model
 from autosched.models.graph import (
     FINISH_PASSES,
@@ -37,17 +37,12 @@ TUNED, DEFAULT, UNSCHEDULED = "tuned", "default", "unscheduled"
 
 
 def default_schedule(mod: IRModule, target: Target) -> Any | None:
-    """The first design space whose own decisions, postprocessed, are a legal schedule; None if none is."""
+    """The first design whose own decisions, postprocessed, are a legal schedule; None if none is."""
     try:
-        space = TraceSearchSpace(mod, target, settings_for(target))
+        found = TraceSearchSpace(mod, target, settings_for(target)).default_schedule()
     except (RuntimeError, ValueError):
         return None
-    for design in range(len(space.designs)):
-        try:
-            return space.apply(space.default_params(design))
-        except (InvalidConfig, RuntimeError, ValueError):
-            continue
-    return None
+    return found[1] if found else None
 
 
 def apply_database(fused: IRModule, target: Target, db: Database | None,

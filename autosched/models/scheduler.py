@@ -1,27 +1,49 @@
-"""The task scheduler: shares one trial budget across a model's tasks to minimise end-to-end latency.
+"""The task scheduler: shares one trial budget (and/or one time budget) across a model's tasks to minimise
+end-to-end latency.
 
 The objective is sum(weight x best latency). Like Ansor's gradient scheduler, each round goes to the task
 whose next round is expected to cut the most from it: a mix of the recent improvement (backward) and an
 optimistic bound that shrinks with the trials already spent and halves with each round that found
-nothing better (forward). Tasks that stop improving fall
-behind; tasks whose search space is exhausted leave the rotation, and their budget goes to the others.
+nothing better (forward). Tasks that stop improving fall behind; tasks whose search space is exhausted
+leave the rotation, and their budget goes to the others.
+
+Which tasks are searched at all: after the untuned baselines, a task whose share of the untuned latency is
+under ``cheap_share`` and whose pattern is cheap (elementwise, broadcast, injective, a tiny reduction) keeps
+its default schedule (``mark_cheap``). A transformer's GELU is elementwise but can be half the model's time:
+its share keeps it in the search.
+
+Warm-up: without a time limit every searched task gets one round (largest contribution first) before any
+task gets a second. With a time limit a task without a round competes with the others, its expected gain
+being its whole contribution, so the heaviest tasks may get second rounds before the lightest get a first,
+and the time decides how far down the list the search gets. A round is only started if it is expected
+(from the seconds per trial of the rounds so far) to end before the time runs out; the last one is shortened
+to fit.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 from autosched.tasks import Task
+
+INF = float("inf")
+CHEAP_PATTERNS = frozenset({"elementwise", "broadcast", "injective"})
+TINY_REDUCTION_FLOPS = 1e6  # a reduction under this many FLOPs per call is as cheap as an elementwise kernel
 
 
 @dataclass
 class TaskState:
     task: Task
     untuned_s: float  # the default build's latency (the estimate until something better is measured)
-    best_s: float = float("inf")
+    best_s: float = INF
     n_trials: int = 0
     history: list[float] = field(default_factory=list)  # estimate after each round
     exhausted: bool = False
+    cheap: bool = False  # kept on its default schedule: no search rounds (see ``mark_cheap``)
+    round_s: float = 0.0  # seconds spent in this run's rounds
+    n_round_trials: int = 0  # trials measured in this run's rounds
+    baseline_s: float = 0.0  # seconds its baseline measurement took in this run (0: found in the database)
 
     def __post_init__(self) -> None:
         self.history = self.history or [self.estimate_s]
@@ -43,11 +65,28 @@ class TaskState:
     @property
     def contribution_s(self) -> float:
         """This task's share of one inference: calls per inference x latency."""
-        return self.task.weight * self.estimate_s if self.estimate_s < float("inf") else 0.0
+        return self.task.weight * self.estimate_s if self.estimate_s < INF else 0.0
+
+
+def is_cheap_pattern(task: Task) -> bool:
+    """Elementwise, broadcast or injective, or a reduction of under ``TINY_REDUCTION_FLOPS``."""
+    pattern = task.info.get("pattern")
+    return pattern in CHEAP_PATTERNS or (pattern == "reduction" and task.flops < TINY_REDUCTION_FLOPS)
+
+
+def mark_cheap(states: list[TaskState], max_share: float) -> None:
+    """Mark the tasks to keep on their default schedule: a cheap pattern and under ``max_share`` of the
+    untuned latency (weight x untuned latency over the sum of it). A task whose baseline failed is searched."""
+    total = sum(s.task.weight * s.untuned_s for s in states if s.untuned_s < INF)
+    for s in states:
+        share = s.task.weight * s.untuned_s / total if total and s.untuned_s < INF else INF
+        s.cheap = share < max_share and is_cheap_pattern(s.task)
 
 
 class TaskScheduler:
-    def __init__(self, states: list[TaskState], total_trials: int, round_trials: int = 8, backward_weight: float = 0.5):
+    def __init__(self, states: list[TaskState], total_trials: int | None, round_trials: int = 8,
+                 backward_weight: float = 0.5):
+        """``total_trials``: measurements of all tasks together (earlier runs included); None = no limit."""
         self.states, self.total_trials, self.round_trials = states, total_trials, round_trials
         self.backward_weight = backward_weight
 
@@ -56,31 +95,59 @@ class TaskScheduler:
         return sum(s.n_trials for s in self.states)
 
     @property
+    def trials_left(self) -> float:
+        """Of the trial budget (inf: no limit)."""
+        return INF if self.total_trials is None else self.total_trials - self.trials_done
+
+    @property
     def estimated_latency_s(self) -> float:
         """Sum over tasks of weight x best latency so far (the kernels' share of one inference)."""
         return sum(s.contribution_s for s in self.states)
 
+    def _fresh(self, s: TaskState) -> bool:
+        """Not yet a round's worth of measurements (the baseline alone does not count as a round)."""
+        return s.n_trials < self.round_trials
+
     def _expected_gain(self, s: TaskState) -> float:
+        if self._fresh(s):  # no round yet: optimistic, its whole contribution
+            return s.contribution_s
         # forward: optimistic, shrinking with trials spent and halving with every round that found nothing
         forward = s.estimate_s / max(s.n_trials, 1) * self.round_trials * 0.5 ** s.stale_rounds
         backward = (s.history[-2] - s.history[-1]) if len(s.history) >= 2 else forward
         return s.task.weight * (self.backward_weight * backward + (1 - self.backward_weight) * forward)
 
-    def next_task(self) -> TaskState | None:
-        """The task to give the next round to, or None when the budget is spent or every space is exhausted."""
-        if self.trials_done >= self.total_trials:
-            return None
-        open_states = [s for s in self.states if not s.exhausted]
+    def s_per_trial(self, s: TaskState) -> float:
+        """Seconds per trial of the task's rounds in this run, else of all rounds so far, else the median
+        baseline measurement of this run (0 if none: nothing to go by)."""
+        if s.n_round_trials:
+            return s.round_s / s.n_round_trials
+        n = sum(t.n_round_trials for t in self.states)
+        if n:
+            return sum(t.round_s for t in self.states) / n
+        baselines = [t.baseline_s for t in self.states if t.baseline_s > 0]
+        return statistics.median(baselines) if baselines else 0.0
+
+    def next_task(self, time_left_s: float = INF) -> TaskState | None:
+        """The task to give the next round to; None when the trial budget is spent, every space is exhausted,
+        or no round is expected to end within ``time_left_s``."""
+        open_states = [s for s in self.states if not (s.exhausted or s.cheap) and self.round_size(s, time_left_s)]
         if not open_states:
             return None
-        fresh = [s for s in open_states if s.n_trials == 0]  # warm-up: every task gets one round first
-        if fresh:
+        fresh = [s for s in open_states if self._fresh(s)]
+        if fresh and time_left_s == INF:  # warm-up: every task gets one round first, heaviest first
             return max(fresh, key=lambda s: s.contribution_s)
         return max(open_states, key=self._expected_gain)
 
-    def round_size(self, s: TaskState) -> int:
-        return min(self.round_trials, self.total_trials - self.trials_done)
+    def round_size(self, s: TaskState, time_left_s: float = INF) -> int:
+        """A round's trials: what is left of the trial budget, and what is expected to end within ``time_left_s``
+        at the task's seconds per trial (the last round before the deadline is shorter)."""
+        per_trial = self.s_per_trial(s)
+        fits = time_left_s / per_trial if per_trial > 0 else INF
+        return int(max(min(self.round_trials, self.trials_left, fits), 0))
 
-    def update(self, s: TaskState, n_trials: int, best_s: float, exhausted: bool) -> None:
+    def update(self, s: TaskState, n_trials: int, best_s: float, exhausted: bool, round_s: float = 0.0,
+               n_new: int = 0) -> None:
+        """The result of a round: ``n_new`` trials measured in ``round_s`` seconds."""
         s.n_trials, s.best_s, s.exhausted = n_trials, best_s, exhausted
+        s.round_s, s.n_round_trials = s.round_s + round_s, s.n_round_trials + n_new
         s.history.append(s.estimate_s)

@@ -1,47 +1,87 @@
-"""Tune a whole model: its tasks share one trial budget through the task scheduler."""
+"""Tune a whole model: its tasks share one trial budget and/or one time budget through the task scheduler.
+
+The run goes: each task's untuned baseline (kept as a record); then the cheap tasks (``mark_cheap``) get
+their default schedule, measured once, instead of a search; then search rounds, each to the task the
+scheduler expects to gain the most. A deadline is checked before each baseline, each batch of default
+schedules, each round (the scheduler only starts one expected to end in time) and, in ``tune_task``, before
+each batch of a round (a batch whose proposals took the time left is dropped). Everything measured is in
+the database when it stops.
+"""
 
 from __future__ import annotations
 
+import logging
+import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from autosched._tvm import save_json
+from autosched._tvm import as_python, save_json
 from autosched.db import Database, TaskRow
-from autosched.models.scheduler import TaskScheduler, TaskState
-from autosched.records import Status, TuningRecord
+from autosched.errors import UserInputError
+from autosched.models.scheduler import INF, TaskScheduler, TaskState, mark_cheap
+from autosched.records import Candidate, Status, TuningRecord, schedule_key
+from autosched.spaces.settings import settings_for
+from autosched.spaces.trace_space import TraceSearchSpace
 from autosched.tasks import Task
-from autosched.tune import BASELINE_DECISIONS, baseline_record, eta_s
+from autosched.tune import BASELINE_DECISIONS, NO_DEADLINE, Deadline, baseline_record, eta_s, to_record
+
+log = logging.getLogger("autosched.models.tuning")
 
 
 @dataclass
 class ModelProgress:
     n_done: int
-    n_total: int
+    n_total: int | None  # None: no trial limit (a time budget only)
     estimated_s: float  # sum of weight x best latency over the tasks, now
     untuned_s: float  # the same sum for the default builds
     task_name: str
     elapsed_s: float
     n_done_at_start: int = 0
+    time_left_s: float = INF  # until the deadline (inf: no time budget)
 
     @property
     def eta_s(self) -> float:
-        return eta_s(self.elapsed_s, self.n_done - self.n_done_at_start, self.n_total - self.n_done)
+        """Seconds left: the time budget's, or the trial budget's at this run's pace, whichever ends first."""
+        time_left = max(self.time_left_s, 0.0)
+        if self.n_total is None:
+            return time_left if time_left < INF else float("nan")
+        by_trials = eta_s(self.elapsed_s, self.n_done - self.n_done_at_start, self.n_total - self.n_done)
+        if by_trials != by_trials:  # no pace yet
+            return time_left if time_left < INF else by_trials
+        return min(by_trials, time_left)
 
 
 @dataclass
 class ModelTuneResult:
-    states: list[TaskState]
+    states: list[TaskState]  # the tasks whose baseline was measured
     elapsed_s: float
-    n_new: int
+    n_new: int  # measurements after the baselines (default schedules and search trials)
+    unmeasured: list[Task] = field(default_factory=list)  # no baseline: the time ran out first
+    out_of_time: bool = False  # the time budget ended the run (not the trial budget or exhausted spaces)
 
     @property
     def untuned_s(self) -> float:
-        return sum(s.task.weight * s.untuned_s for s in self.states if s.untuned_s < float("inf"))
+        return sum(s.task.weight * s.untuned_s for s in self.states if s.untuned_s < INF)
 
     @property
     def estimated_s(self) -> float:
         return sum(s.contribution_s for s in self.states)
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.states) + len(self.unmeasured)
+
+    @property
+    def n_default(self) -> int:
+        """Tasks kept on their default schedule (cheap: small share, cheap pattern)."""
+        return sum(s.cheap for s in self.states)
+
+    @property
+    def n_tuned(self) -> int:
+        """Tasks given to the search."""
+        return len(self.states) - self.n_default
 
 
 def measured_baseline(session, task: Task, db: Database) -> TuningRecord:
@@ -57,6 +97,75 @@ def measured_baseline(session, task: Task, db: Database) -> TuningRecord:
     return rec
 
 
+def _baseline_state(session, task: Task, db: Database, clock: Callable[[], float]) -> tuple[TaskState, float]:
+    """The task's state once its baseline is measured, and the seconds that took (0: found in ``db``)."""
+    before, n_before = clock(), db.n_measured(task.key)
+    base = measured_baseline(session, task, db)
+    best = db.best(task.key, task.target_json)
+    state = TaskState(task, base.latency_s if base.status is Status.OK else INF, best.latency_s if best else INF,
+                      db.n_measured(task.key))
+    return state, clock() - before if state.n_trials > n_before else 0.0
+
+
+def measure_baselines(session, tasks: list[Task], db: Database, deadline: Deadline,
+                      report: Callable[[str], None]) -> list[TaskState]:
+    """Each task's baseline in turn, while one more is expected to end before the deadline (at the median of
+    this run's baselines, leaving out the first: it starts the worker processes)."""
+    states: list[TaskState] = []
+    timed: list[float] = []
+    measured_any = False
+    for i, task in enumerate(tasks):
+        if not deadline.allows(statistics.median(timed) if timed else 0.0):
+            log.info("time budget reached after %d of %d untuned baselines", i, len(tasks))
+            break
+        report(f"untuned build {i + 1}/{len(tasks)}: {task.name}")
+        state, seconds = _baseline_state(session, task, db, deadline.clock)
+        if seconds and measured_any:
+            state.baseline_s = seconds
+            timed.append(seconds)
+        measured_any = measured_any or seconds > 0
+        states.append(state)
+    return states
+
+
+def default_candidate(task: Task, db: Database, seed: int) -> Candidate | None:
+    """The task's default schedule as a candidate: the first design whose own decisions are legal (what
+    ``compile`` uses for a task without records). None if there is none or it is already in ``db``."""
+    try:
+        space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=seed)
+    except (RuntimeError, ValueError) as err:
+        log.info("%s: no design space (%s): it stays unscheduled", task.name, err)
+        return None
+    found = space.default_schedule()
+    if found is None:
+        return None
+    params, sch = found
+    cand = Candidate(task.key, params, space.effective_decisions(sch),
+                     as_python(sch.trace.as_json(remove_postproc=False)), save_json(sch.mod))
+    measured = {schedule_key(r.decisions) for r in db.records(task.key)}
+    return None if cand.dedup_key() in measured else cand
+
+
+def measure_defaults(session, scheduler: TaskScheduler, db: Database, deadline: Deadline,
+                     report: Callable[[str], None]) -> bool:
+    """The cheap tasks' default schedules, a batch at a time (each a trial of the budget), kept as records so
+    ``compile`` uses the faster of the default schedule and the untuned build. False if time ran out."""
+    todo, started, n_batches = [s for s in scheduler.states if s.cheap], deadline.clock(), 0
+    while todo and scheduler.trials_left > 0:
+        if not deadline.allows_another(started, n_batches):
+            return False
+        n = int(min(session.config.batch_size, scheduler.trials_left))
+        batch, todo, n_batches = todo[:n], todo[n:], n_batches + 1
+        cands = [(s, c) for s in batch if (c := default_candidate(s.task, db, session.config.seed)) is not None]
+        builds = session.builder.build([c for _, c in cands]) if cands else []
+        for (s, cand), build in zip(cands, builds, strict=True):
+            res = session.runner.run([build], session.prepare_io(s.task))[0]
+            db.commit([to_record(s.task, cand, res)])
+            s.n_trials, s.best_s = s.n_trials + 1, min(s.best_s, res.latency_s)
+            report(f"default schedule: {s.task.name}")
+    return True
+
+
 def share_sibling_bests(task: Task, strategies: dict, tasks: dict[str, Task], db: Database) -> None:
     """Tasks with the same search space (one convolution with different epilogues, say) try each other's
     best schedule: queued before the task's next round (a no-op once it is queued or measured)."""
@@ -69,43 +178,62 @@ def share_sibling_bests(task: Task, strategies: dict, tasks: dict[str, Task], db
             own.propose(best.params)
 
 
-def tune_model_tasks(session, tasks: list[Task], db: Database, trials_per_task: int,
-                     on_progress: Callable[[ModelProgress], None] | None = None) -> ModelTuneResult:
-    """Give the model ``trials_per_task x len(tasks)`` measurements in all (earlier runs included)."""
-    start = time.perf_counter()
-    states = []
-    for i, task in enumerate(tasks):
-        if on_progress:
-            on_progress(ModelProgress(0, trials_per_task * len(tasks), float("nan"), float("nan"),
-                                      f"untuned build {i + 1}/{len(tasks)}: {task.name}", time.perf_counter() - start))
-        base = measured_baseline(session, task, db)
-        best = db.best(task.key, task.target_json)
-        states.append(TaskState(task, base.latency_s if base.status is Status.OK else float("inf"),
-                                best.latency_s if best else float("inf"), db.n_measured(task.key)))
-    scheduler = TaskScheduler(states, trials_per_task * len(tasks), session.config.batch_size)
-    done_at_start = scheduler.trials_done
-    untuned = scheduler.estimated_latency_s
-    strategies: dict[str, object] = {}
-    by_key = {s.task.key: s.task for s in states}
+@dataclass
+class _Rounds:
+    """What every search round needs: the session's builder and runner, the database, the deadline, the
+    scheduler and each task's search strategy (created at its first round)."""
+
+    session: Any  # TuningSession, or a fake with its config, builder, runner, prepare_io and strategy
+    db: Database
+    deadline: Deadline
+    scheduler: TaskScheduler
+    report: Callable[[str], None]
+    strategies: dict = field(default_factory=dict)
+
+    def run(self, state: TaskState) -> None:
+        task, started = state.task, self.deadline.clock()
+        if task.key not in self.strategies:
+            self.strategies[task.key] = self.session.strategy(task, self.db)
+        share_sibling_bests(task, self.strategies, {s.task.key: s.task for s in self.scheduler.states}, self.db)
+        want = state.n_trials + self.scheduler.round_size(state, self.deadline.left_s())
+
+        def on_task_progress(p) -> None:
+            state.n_trials, state.best_s = p.n_done, min(state.best_s, p.best_latency_s)
+            self.report(task.name)
+
+        result = self.session.tune(task, self.db, on_task_progress, self.strategies[task.key], want, self.deadline)
+        self.scheduler.update(state, result.n_measured, result.best_latency_s,
+                              exhausted=result.n_measured < want and not result.out_of_time,
+                              round_s=self.deadline.clock() - started, n_new=result.n_new)
+        self.report(task.name)
+
+
+def tune_model_tasks(session, tasks: list[Task], db: Database, trials_per_task: int | None,
+                     on_progress: Callable[[ModelProgress], None] | None = None,
+                     deadline: Deadline = NO_DEADLINE) -> ModelTuneResult:
+    """Give the model ``trials_per_task x len(tasks)`` measurements in all (earlier runs included; None or 0:
+    no limit, which needs a deadline), or what fits before ``deadline``, whichever ends first."""
+    if not trials_per_task and not deadline.limited:
+        raise UserInputError("tuning a model without a trial limit needs a time budget (time_budget_s)")
+    start, total = time.perf_counter(), trials_per_task * len(tasks) if trials_per_task else None
+    scheduler: TaskScheduler | None = None
+    done_at_start, untuned = 0, float("nan")
 
     def report(name: str) -> None:
         if on_progress:
-            on_progress(ModelProgress(scheduler.trials_done, scheduler.total_trials, scheduler.estimated_latency_s,
-                                      untuned, name, time.perf_counter() - start, done_at_start))
+            done, est = (scheduler.trials_done, scheduler.estimated_latency_s) if scheduler else (0, float("nan"))
+            on_progress(ModelProgress(done, total, est, untuned, name, time.perf_counter() - start, done_at_start,
+                                      deadline.left_s()))
 
+    states = measure_baselines(session, tasks, db, deadline, report)
+    mark_cheap(states, session.config.cheap_share)
+    scheduler = TaskScheduler(states, total, session.config.batch_size)
+    done_at_start, untuned = scheduler.trials_done, scheduler.estimated_latency_s
     report("")
-    while (state := scheduler.next_task()) is not None:
-        task = state.task
-        if task.key not in strategies:
-            strategies[task.key] = session.strategy(task, db)
-        share_sibling_bests(task, strategies, by_key, db)
-        want = state.n_trials + scheduler.round_size(state)
-
-        def on_task_progress(p, state=state) -> None:
-            state.n_trials, state.best_s = p.n_done, min(state.best_s, p.best_latency_s)
-            report(state.task.name)
-
-        result = session.tune(task, db, on_task_progress, strategies[task.key], n_trials=want)
-        scheduler.update(state, result.n_measured, result.best_latency_s, exhausted=result.n_measured < want)
-        report(task.name)
-    return ModelTuneResult(states, time.perf_counter() - start, scheduler.trials_done - done_at_start)
+    in_time = len(states) == len(tasks) and measure_defaults(session, scheduler, db, deadline, report)
+    rounds = _Rounds(session, db, deadline, scheduler, report)
+    while in_time and (state := scheduler.next_task(deadline.left_s())) is not None:
+        rounds.run(state)
+    out_of_time = not in_time or scheduler.next_task() is not None
+    return ModelTuneResult(states, time.perf_counter() - start, scheduler.trials_done - done_at_start,
+                           tasks[len(states):], out_of_time)

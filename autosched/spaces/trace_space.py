@@ -179,6 +179,16 @@ class TraceSearchSpace(SearchSpace):
         trace = sch.trace
         return [as_python(trace.decisions[i]) for i in trace.insts if i.kind.name in SAMPLE_KINDS]
 
+    def default_schedule(self) -> tuple[dict[str, Any], Schedule] | None:
+        """The first design whose own decisions are a legal schedule: (its params, the schedule); None if none."""
+        for design in range(len(self.designs)):
+            params = self.default_params(design)
+            try:
+                return params, self.apply(params)
+            except (InvalidConfig, RuntimeError, ValueError):
+                continue
+        return None
+
     def default_params(self, design: int = 0) -> dict[str, Any]:
         """Knob values that reproduce the design trace's own (randomly sampled) decisions, where encodable."""
         params: dict[str, Any] = {"design": design}

@@ -4,12 +4,21 @@ nothing written."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
 
 import pytest
 from conftest import conv_bn_relu, mlp
 
-from autosched.cli import main
+from autosched.cli import build_parser, main
+from autosched.commands import _config
 from autosched.db import open_database
+from autosched.records import Status
+from autosched.tasks import make_target, target_json
 
 pytest.importorskip("onnxruntime")
 
@@ -102,3 +111,59 @@ def test_bad_flags_for_a_model_are_refused_before_anything_is_written(args, mess
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not db.exists() and not lib.exists() and _digest(existing) == before
+
+
+# --- --time, and the default thread count ------------------------------------------------------------------
+@pytest.mark.parametrize("text,seconds", [("90s", 90.0), ("10m", 600.0), ("1.5h", 5400.0), ("45", 45.0),
+                                          ("2.5", 2.5)])
+def test_time_accepts_seconds_minutes_hours_and_plain_seconds(text, seconds):
+    assert build_parser().parse_args(["tune", "model.onnx", "--time", text]).time == seconds
+
+
+@pytest.mark.parametrize("text", ["0", "0s", "-5", "-1m", "10x", "ten", "1h30m", "", "inf", "nan"])
+def test_a_bad_time_is_one_line_exit_2_and_no_database(text, onnx_file, tmp_path, capsys):
+    db = tmp_path / "new.db"
+    assert main(["tune", str(onnx_file(conv_bn_relu()[0])), f"--time={text}", "--db", str(db)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autosched: error: --time") and len(err.splitlines()) == 1 and not db.exists()
+
+
+def test_a_negative_time_budget_in_a_config_file_is_refused_before_the_database(onnx_file, tmp_path, capsys):
+    config, db = tmp_path / "tune.toml", tmp_path / "new.db"
+    config.write_text("[tune]\ntime_budget_s = -10\n")
+    assert main(["tune", str(onnx_file(conv_bn_relu()[0])), "--config", str(config), "--db", str(db)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "time_budget_s must be" in err and len(err.splitlines()) == 1 and not db.exists()
+
+
+def test_threads_default_to_all_cores_and_are_part_of_the_recorded_target():
+    cfg = _config(build_parser().parse_args(["tune", "model.onnx"]))
+    assert cfg.threads == os.cpu_count()
+    assert json.loads(target_json(make_target("llvm", cfg.threads)))["num-cores"] == os.cpu_count()
+
+
+def _wall_s(argv: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "autosched.cli", *argv], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "COLUMNS": "200"})  # no line wrapping
+    return time.monotonic() - start, done
+
+
+@pytest.mark.slow
+def test_a_real_time_budget_stops_on_time_with_the_measurements_saved(tmp_path):
+    """Start-up outside the budget (Python, importing TVM, parsing the flags; ~3.5 s on the 2-core test
+    machine) is measured here as the run of a refused --time; 2 s more are allowed for closing the worker
+    pools and printing the table (~1 s measured)."""
+    db, budget_s = tmp_path / "tmp.db", 20.0
+    startup_s, refused = _wall_s(["tune", "zoo:tiny_mlp", "--time", "0", "--db", str(db)])
+    assert refused.returncode == 2 and not db.exists()
+    wall_s, done = _wall_s(["tune", "zoo:tiny_mlp", "--time", "20s", "--threads", "1", "--db", str(db)])
+    assert done.returncode == 0, done.stderr
+    print(f"wall {wall_s:.1f} s, start-up {startup_s:.1f} s, budget {budget_s:g} s")
+    assert 0.9 * budget_s <= wall_s - startup_s <= 1.1 * budget_s + 2.0, (wall_s, startup_s)
+    assert "2 distinct tasks, 2 tuned, 0 on default schedules (cheap)" in done.stdout
+    assert "stopped by the time budget" in done.stdout
+    n_new = int(re.search(r"(\d+) new measurements", done.stdout)[1])
+    records = [r for r in open_database(str(db), create=False).records() if r.status is not Status.INVALID]
+    assert n_new > 0 and len(records) == 2 + n_new  # the two baselines and every search trial are saved
+    assert {json.loads(r.target)["num-cores"] for r in records} == {1}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autosched.models.scheduler import TaskScheduler, TaskState
+from autosched.models.scheduler import TaskScheduler, TaskState, mark_cheap
 from autosched.tasks import Task
 
 
@@ -50,3 +50,61 @@ def test_exhausted_tasks_leave_the_rotation_and_their_budget_goes_to_others():
 def test_weight_scales_the_objective():
     states = [_state("a", 3, 2e-3), _state("b", 1, 1e-3)]
     assert TaskScheduler(states, 16).estimated_latency_s == 3 * 2e-3 + 1e-3
+
+
+# --- cheap tasks and time budgets --------------------------------------------------------------------------
+def _task(name: str, pattern: str, flops: float = 1e6, weight: int = 1) -> Task:
+    return Task(name, None, None, 1, flops, weight, info={"pattern": pattern})
+
+
+def test_cheap_means_a_cheap_pattern_and_under_the_share_threshold():
+    states = [TaskState(_task("conv", "out-elementwise-fusable"), 50e-3),
+              TaskState(_task("gelu", "elementwise"), 45e-3),  # half the model's time: searched
+              TaskState(_task("bias_add", "broadcast"), 0.4e-3),  # 0.4 %: default schedule
+              TaskState(_task("reshape", "injective", weight=3), 0.3e-3),  # 3 calls: 0.9 %
+              TaskState(_task("tiny_mean", "reduction", flops=1e4), 0.2e-3),
+              TaskState(_task("big_sum", "reduction", flops=1e8), 0.2e-3),  # not tiny: searched
+              TaskState(_task("small_dense", "out-elementwise-fusable"), 0.2e-3),  # not a cheap pattern
+              TaskState(_task("failed", "elementwise"), float("inf"))]  # baseline failed: searched
+    mark_cheap(states, max_share=0.01)
+    assert [s.task.name for s in states if s.cheap] == ["bias_add", "reshape", "tiny_mean"]
+    mark_cheap(states, max_share=0.0)
+    assert not any(s.cheap for s in states)
+
+
+def test_cheap_tasks_get_no_rounds():
+    states = [_state("dense", 1, 1e-3), _state("add", 1, 1e-5)]
+    states[1].cheap = True
+    order = _drive(TaskScheduler(states, total_trials=40, round_trials=8), {"dense": 0.9, "add": 0.5})
+    assert order == ["dense"] * 5 and states[1].n_trials == 0
+
+
+def test_a_round_only_starts_if_it_is_expected_to_end_in_time_and_the_last_one_is_shortened():
+    heavy, light = _state("heavy", 10, 1e-3), _state("light", 1, 1e-3)
+    scheduler = TaskScheduler([heavy, light], total_trials=None, round_trials=8)
+    scheduler.update(heavy, 8, 0.9e-3, exhausted=False, round_s=8.0, n_new=8)  # 1 s per trial
+    scheduler.update(light, 8, 0.9e-3, exhausted=False, round_s=0.8, n_new=8)  # 0.1 s per trial
+    assert scheduler.next_task(time_left_s=100.0) is heavy and scheduler.round_size(heavy, 100.0) == 8
+    assert scheduler.next_task(time_left_s=3.5) is heavy and scheduler.round_size(heavy, 3.5) == 3
+    assert scheduler.next_task(time_left_s=0.5) is light and scheduler.round_size(light, 0.5) == 5
+    assert scheduler.next_task(time_left_s=0.05) is None
+    fresh = _state("fresh", 1, 1e-3)  # no round of its own yet: the mean of all rounds (0.55 s per trial)
+    assert TaskScheduler([heavy, light, fresh], None).round_size(fresh, 2.0) == 3
+    before_any_round = [_state(n, 1, 1e-3) for n in "abc"]  # then: the median baseline measurement (1 s)
+    for s, baseline_s in zip(before_any_round, (9.0, 1.0, 0.5), strict=True):
+        s.baseline_s = baseline_s
+    assert TaskScheduler(before_any_round, None).round_size(before_any_round[0], 5.5) == 5
+    assert TaskScheduler(before_any_round, None).next_task(0.9) is None
+
+
+def test_with_a_time_limit_heavy_tasks_get_second_rounds_before_light_tasks_get_a_first():
+    contributions = {"t0": 40e-3, "t1": 25e-3, "t2": 2e-3, "t3": 1e-3}  # latency per task, weight 1
+    improve = dict.fromkeys(contributions, 0.8)
+    timed = TaskScheduler([_state(n, 1, c) for n, c in contributions.items()], None, round_trials=8)
+    order = []
+    while len(order) < 6 and (s := timed.next_task(time_left_s=1e3)) is not None:
+        timed.update(s, s.n_trials + 8, s.estimate_s * improve[s.task.name], exhausted=False)
+        order.append(s.task.name)
+    assert order == ["t0", "t1", "t0", "t1", "t0", "t1"]  # t2 and t3 wait for the time that is left
+    untimed = TaskScheduler([_state(n, 1, c) for n, c in contributions.items()], 48, round_trials=8)
+    assert _drive(untimed, improve)[:4] == ["t0", "t1", "t2", "t3"]  # no time limit: everyone warms up first

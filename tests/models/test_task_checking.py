@@ -78,3 +78,15 @@ def test_the_tolerance_stays_finite_when_the_reference_has_inf():
     flipped = want.copy()
     flipped[2] = 7.0
     assert _compare(flipped, want, 1e-3, 1e-4) is not None
+
+
+@pytest.mark.slow
+def test_tune_names_the_tasks_it_could_not_fully_check(tmp_path, capsys):
+    from autosched.cli import main
+
+    proto = _one_input_graph([helper.make_node("Div", ["x", "zero"], ["y"])], {"zero": np.zeros((4, 16), np.float32)})
+    path = tmp_path / "div0.onnx"
+    onnx.save(proto, str(path))
+    assert main(["tune", str(path), "--trials", "2", "--threads", "1", "--db", str(tmp_path / "t.db")]) == 0
+    err = capsys.readouterr().err
+    assert "1 of 1 tasks could not be fully checked" in err and "every reference output is inf or nan" in err

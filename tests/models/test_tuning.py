@@ -7,15 +7,20 @@ import pytest
 from conftest import redundant
 
 from autosched.config import TuneConfig
-from autosched.db import open_database
+from autosched.db import MemoryDatabase, open_database
+from autosched.errors import UserInputError
+from autosched.measure.base import TaskIO
 from autosched.models.build import TUNED, compile_model
 from autosched.models.frontends import load_model
 from autosched.models.graph import extract_tasks, rewrite
 from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
 from autosched.models.tuning import tune_model_tasks
+from autosched.records import Candidate, MeasureResult, Status
 from autosched.session import TuningSession
 from autosched.spaces.settings import settings_for
-from autosched.tune import BASELINE_DECISIONS
+from autosched.tasks import op_task
+from autosched.testing.fakes import ListStrategy, NullBuilder, NullRunner, hashed_latency
+from autosched.tune import BASELINE_DECISIONS, Deadline, tune_task
 
 pytest.importorskip("onnxruntime")
 
@@ -47,3 +52,139 @@ def test_tune_model_for_real_then_compile_and_resume(tmp_path, cpu_target):
     with TuningSession(cfg, tasks[0].target_json) as session:  # resuming with the same budget: nothing to do
         again = tune_model_tasks(session, tasks, db, cfg.n_trials)
     assert again.n_new == 0
+
+
+# --- time budgets and cheap tasks, with a fake clock: no TVM builds ---------------------------------------
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class EndlessStrategy(ListStrategy):
+    """Distinct candidates without end; a space of its own (no sibling sharing)."""
+
+    def __init__(self, task):
+        super().__init__([Candidate(task.key, {"i": i}, [task.name, i]) for i in range(1000)])
+        self.space_signature = task.key
+
+    def propose(self, params) -> None:
+        pass
+
+
+class FakeSession:
+    """A tuning session whose every measurement (baseline, default schedule, search trial) takes
+    ``s_per_measurement`` seconds of a fake clock; a search candidate is 0.5-1x the task's untuned latency."""
+
+    def __init__(self, untuned_s: dict[str, float], s_per_measurement: float = 0.5, **config):
+        self.config = TuneConfig(batch_size=4, **config)
+        self.clock, self.untuned_s, self.step_s = FakeClock(), untuned_s, s_per_measurement
+        self.builder, self.runner = NullBuilder(), NullRunner(self._latency)
+        self.searched: list[str] = []  # the tasks a search strategy was made for
+
+    def _latency(self, cand: Candidate) -> float:
+        self.clock.now += self.step_s
+        return self.untuned_s[cand.task_key] * hashed_latency(cand) / 2e-3
+
+    def measure_unscheduled(self, task) -> MeasureResult:
+        self.clock.now += self.step_s
+        return MeasureResult(Status.OK, [self.untuned_s[task.key]] * 3)
+
+    def prepare_io(self, task) -> TaskIO:
+        return TaskIO("unused.npz", 1)
+
+    def strategy(self, task, db) -> EndlessStrategy:
+        self.searched.append(task.info["pattern"] + ":" + task.name)
+        return EndlessStrategy(task)
+
+    tune = TuningSession.tune  # the real round: the fake's builder, runner, inputs and strategies
+
+
+@pytest.fixture(scope="module")
+def model_tasks(cpu_target):
+    """A dense layer and a GELU (about half the untuned time each), a bias add (0.25 %) and a small dense."""
+    version = settings_for(cpu_target).version
+    specs = [("matmul", (16, 16, 16), "out-elementwise-fusable", 4e-3), ("elementwise", (64,), "elementwise", 4e-3),
+             ("elementwise", (32,), "elementwise", 2e-5), ("matmul", (8, 8, 8), "out-elementwise-fusable", 1e-5)]
+    tasks = []
+    for op, shape, pattern, _ in specs:
+        tasks.append(op_task(op, shape, cpu_target, version))
+        tasks[-1].info["pattern"] = pattern
+    return tasks, {t.key: untuned for t, (*_, untuned) in zip(tasks, specs, strict=True)}
+
+
+def _records_by_task(db, tasks):
+    return {t.name: db.records(t.key) for t in tasks}
+
+
+def test_time_budget_stops_in_time_with_every_measurement_saved_and_cheap_tasks_unsearched(model_tasks):
+    tasks, untuned = model_tasks
+    session, db = FakeSession(untuned), MemoryDatabase()
+    deadline = Deadline.after(20.0, session.clock)
+    result = tune_model_tasks(session, tasks, db, None, deadline=deadline)
+    assert 18.0 <= session.clock.now <= 20.0 and result.out_of_time  # the last round was shortened to fit
+    records = _records_by_task(db, tasks)
+    measured = sum(db.n_measured(t.key) for t in tasks)
+    assert measured == session.runner.n_run + len(tasks) == sum(s.n_trials for s in result.states)
+    assert measured == round(20.0 / 0.5)  # every fake half-second of the budget was a saved measurement
+    dense, gelu, bias, small = (records[t.name] for t in tasks)
+    assert len(bias) == 2 and bias[0].decisions == BASELINE_DECISIONS and bias[1].trace_json is not None  # default
+    assert len(gelu) > 8 and len(dense) > 8  # the high-share GELU is searched like the dense layer
+    assert session.searched[:2] == ["out-elementwise-fusable:" + tasks[0].name, "elementwise:" + tasks[1].name]
+    assert "elementwise:" + tasks[2].name not in session.searched
+    assert (result.n_tasks, result.n_tuned, result.n_default, result.unmeasured) == (4, 3, 1, [])
+    assert [s.cheap for s in result.states] == [False, False, True, False]
+
+
+def test_time_budget_ending_during_the_baselines_keeps_the_measured_ones(model_tasks):
+    tasks, untuned = model_tasks
+    session, db = FakeSession(untuned), MemoryDatabase()
+    result = tune_model_tasks(session, tasks, db, 64, deadline=Deadline.after(1.2, session.clock))
+    assert session.clock.now == 1.0 and result.out_of_time  # a third baseline (0.5 s) would not have fit
+    assert [len(db.records(t.key)) for t in tasks] == [1, 1, 0, 0]
+    assert result.unmeasured == tasks[2:] and result.n_tasks == 4 and session.searched == []
+
+
+def test_the_trial_budget_ends_the_run_when_it_comes_first(model_tasks):
+    tasks, untuned = model_tasks
+    session, db = FakeSession(untuned), MemoryDatabase()
+    result = tune_model_tasks(session, tasks, db, 5, deadline=Deadline.after(1e4, session.clock))
+    assert sum(db.n_measured(t.key) for t in tasks) == 20 and not result.out_of_time
+    with pytest.raises(UserInputError, match="needs a time budget"):
+        tune_model_tasks(session, tasks, db, None)
+
+
+def test_a_round_is_cut_short_between_batches_when_the_next_would_not_end_in_time(matmul_task):
+    clock = FakeClock()
+
+    def latency(cand):
+        clock.now += 0.25  # a batch of 4: 1 s
+        return 1e-3
+
+    db, runner = MemoryDatabase(), NullRunner(latency)
+    cands = [Candidate(matmul_task.key, {"i": i}, [i]) for i in range(40)]
+    result = tune_task(matmul_task, ListStrategy(cands), NullBuilder(), runner, db, TaskIO("unused.npz", 1), 40,
+                       batch_size=4, deadline=Deadline.after(2.6, clock))
+    assert clock.now == 2.0 and result.out_of_time  # a third batch (1 s) would have ended at 3.0
+    assert result.n_new == 8 == db.n_measured(matmul_task.key) == runner.n_run
+
+
+def test_a_batch_whose_proposals_took_the_time_left_is_dropped_unmeasured(matmul_task):
+    clock = FakeClock()
+
+    class SlowProposals(ListStrategy):
+        def ask(self, n):
+            clock.now += 3.0  # e.g. the cost model ranking a big pool
+            return super().ask(n)
+
+        def abandon(self, candidates):
+            self.abandoned = candidates
+
+    db, runner = MemoryDatabase(), NullRunner()
+    strategy = SlowProposals([Candidate(matmul_task.key, {"i": i}, [i]) for i in range(8)])
+    result = tune_task(matmul_task, strategy, NullBuilder(), runner, db, TaskIO("unused.npz", 1), 8,
+                       batch_size=4, deadline=Deadline.after(2.0, clock))
+    assert result.out_of_time and result.n_new == 0 == runner.n_run == len(db.records(matmul_task.key))
+    assert len(strategy.abandoned) == 4
