@@ -76,7 +76,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     db = open_database(args.db)
 
     from autosched.session import TuningSession
+    from autosched.tune import Deadline
 
+    deadline = Deadline.after(args.time or 0.0)  # --time alone: no trial limit, the clock decides
+    n_trials = cfg.n_trials if args.trials or not args.time else 10**9
     with TuningSession(cfg, task.target_json) as session:
         baseline = None if args.no_baseline else session.measure_unscheduled(task)
         done_before = db.n_measured(task.key)
@@ -85,13 +88,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("best {task.fields[best]} GFLOPS"), TimeElapsedColumn(),
                       TextColumn("left ~{task.fields[eta]}"), console=err, transient=False) as bar:
-            bar_id = bar.add_task(task.name, total=cfg.n_trials, completed=done_before, best="-", eta="?")
+            bar_id = bar.add_task(task.name, total=n_trials if n_trials < 10**9 else None, completed=done_before,
+                                  best="-", eta="?")
 
             def on_progress(p) -> None:
-                eta = f"{p.eta_s:.0f}s" if p.eta_s == p.eta_s else "?"
+                left = min(p.eta_s, deadline.left_s()) if p.eta_s == p.eta_s else deadline.left_s()
+                eta = f"{max(left, 0):.0f}s" if left < float("inf") else "?"
                 bar.update(bar_id, completed=p.n_done, best=f"{p.best_gflops:.1f}", eta=eta)
 
-            result = session.tune(task, db, on_progress)
+            result = session.tune(task, db, on_progress, n_trials=n_trials, deadline=deadline)
     _print_tune_table(task, result, baseline, args.db)
     db.close()
     return 0
