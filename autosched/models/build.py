@@ -29,6 +29,7 @@ from autosched.models.graph import (
     run_passes,
     ungroup,
 )
+from autosched.records import Status
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
 from autosched.tasks import target_json, task_key
@@ -53,13 +54,24 @@ def apply_database(fused: IRModule, target: Target, db: Database | None,
     sources: dict[str, str] = {}
     for group in fusion_groups(fused):
         mod = group_module(group.func)
-        best = db.best(task_key(mod, target, space_version), tjson) if db is not None else None
+        best = _best_schedule_record(db, task_key(mod, target, space_version), tjson)
         sch = schedule_from_record(mod, best) if best is not None else (
             default_schedule(mod, target) if default else None)
         sources[group.name] = TUNED if best is not None else (DEFAULT if sch is not None else UNSCHEDULED)
         if sch is not None:
             out[out.get_global_var(group.name)] = ungroup(sch.mod["main"])
     return out, sources
+
+
+def _best_schedule_record(db: Database | None, key: str, tjson: str) -> Any | None:
+    """The task's best record, unless nothing but its untuned baseline was measured: a budget that ran out
+    after the baselines must not leave the group unscheduled (the default schedule is 5-10x faster). Where a
+    schedule was measured and the baseline still won (a tiny transpose), the baseline is the best record."""
+    best = db.best(key, tjson) if db is not None else None
+    if best is None or best.trace_json is not None:
+        return best
+    scheduled = [r for r in db.records(key) if r.trace_json is not None and r.status is Status.OK]
+    return best if scheduled else None
 
 
 def _as_arrays(result: Any) -> list[np.ndarray]:

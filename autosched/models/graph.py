@@ -19,6 +19,7 @@ import numpy as np
 from autosched._tvm import IRModule, PrimFunc, Target, estimate_flops, relax, tvm
 from autosched.errors import GraphError
 from autosched.models.constant_folding import fold_simple_constants
+from autosched.models.op_fixes import fix_operator_patterns
 from autosched.tasks import Task, primfunc_task
 
 log = logging.getLogger("autosched.graph")
@@ -56,6 +57,7 @@ T = relax.transform
 # schedules choose the layout of constant weights. Tuning and compiling run the same list and a pass that
 # fails on a model fails the same way both times, so both see the same fusion groups.
 GRAPH_PASSES: list[GraphPass] = [
+    GraphPass("fix operator patterns TVM fails on", lambda: fix_operator_patterns),
     GraphPass("fold batch-norm into conv weights", _fold_batch_norm),
     GraphPass("decompose remaining ops for inference", T.DecomposeOpsForInference, optional=False),
     GraphPass("canonicalize bindings", T.CanonicalizeBindings),

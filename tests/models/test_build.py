@@ -121,3 +121,20 @@ def test_compiled_model_refuses_wrong_inputs(cpu_target):
         compiled(np.zeros((1, 3, 5, 5), "float32"))
     with pytest.raises(UserInputError, match="takes 1 inputs"):
         compiled()
+
+
+def test_a_budget_that_ended_after_the_baselines_still_gets_default_schedules(cpu_target):
+    """Only the untuned baselines in the database (a short time budget): the groups get their default schedule,
+    not the unscheduled build the baseline record stands for (5-10x slower). Once a schedule was measured and
+    the baseline still won, the baseline is applied."""
+    from autosched.tune import baseline_record
+
+    model = load_model(conv_bn_relu()[0])
+    db = MemoryDatabase()
+    tasks = extract_tasks(rewrite(model.mod, cpu_target), cpu_target, settings_for(cpu_target).version)
+    for task in tasks:
+        db.commit_task(TaskRow(task.key, task.name, task.target_json, task.space_version, "", task.flops, {}))
+        db.commit([baseline_record(task, MeasureResult(Status.OK, [1e-6]))])
+    assert set(compile_model(model, cpu_target, db).sources.values()) == {DEFAULT}
+    record_one_schedule_per_task(model, cpu_target, db)  # measured at 1e-3 s: slower than the 1e-6 s baselines
+    assert set(compile_model(model, cpu_target, db).sources.values()) == {TUNED}  # the baseline record

@@ -1,0 +1,270 @@
+"""Corpus benchmark: every model of autosched.models.corpus through the whole path, beside its peers.
+
+    python bench/corpus.py                                    # every model, full size, 8 trials per task
+    python bench/corpus.py --time 600 --models resnet50,bert  # 10 minutes of tuning per model
+    python bench/corpus.py --size small --trials 0 --models alexnet,bert    # a quick look (no tuning)
+
+Each model is built in code with random weights, exported to ONNX (dynamo exporter, opset 18) and imported
+from that file, as a user would; a model TVM's ONNX importer cannot read (LSTM, GRU) goes through the
+PyTorch path instead, and says so. Then: graph rewrites, task extraction, tuning (``--trials`` per task,
+shared by the task scheduler, and/or ``--time`` seconds per model), the build (tuned schedules, default
+ones elsewhere) and the run. autosched, ONNX Runtime and PyTorch eager are timed through the same kind of
+call (numpy or tensors in, out, one inference), in interleaved rounds, median of ``--repeat`` rounds; every
+output is checked against ONNX Runtime's. A model that fails at any step is a row with the step and the
+one-line reason. Writes bench/results/corpus.json and prints the table with the geometric mean of
+autosched / ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import fair_environment, load_now, machine_info, time_callable, write_json  # noqa: E402
+
+MAX_ERROR = 1e-3  # largest relative error vs ONNX Runtime of a model that counts (as bench/models.py)
+
+
+DEFAULT_TRIALS = 8
+
+
+def tuning_budget(args: argparse.Namespace, name: str, n_tasks: int) -> tuple[int, float]:
+    """THE one place where a model's tuning budget is set: (trials per task, 0 = no trial limit; seconds of
+    tuning wall time, baselines included, 0 = no time limit). The task scheduler shares ``trials x n_tasks``
+    measurements; ``--time`` alone lifts the trial limit, as ``autosched tune --time`` does."""
+    trials = args.trials if args.trials is not None else (0 if args.time else DEFAULT_TRIALS)
+    return trials, args.time
+
+
+class Failed(Exception):
+    """A step of one model failed: the row says which step and why (one line)."""
+
+    def __init__(self, step: str, reason: str):
+        super().__init__(f"{step}: {reason}")
+        self.step, self.reason = step, reason
+
+
+def _step(row: dict, step: str, fn, *args, **kwargs):
+    """Run one step of a model, timing it into ``row`` (``<step>_s``); any failure becomes ``Failed``."""
+    from autosched.models.graph import failure_reason
+
+    start = time.perf_counter()
+    try:
+        return fn(*args, **kwargs)
+    except (KeyboardInterrupt, Failed):
+        raise
+    except Exception as err:  # whatever the libraries raise: the row records it, the next model runs
+        raise Failed(step, failure_reason(err)) from err
+    finally:
+        row[f"{step}_s"] = time.perf_counter() - start
+
+
+def _import(name: str, path: Path, module, inputs, row: dict):
+    """The ONNX file through autosched's ONNX import; the PyTorch path where the ONNX importer cannot read it."""
+    from autosched.errors import AutoschedError
+    from autosched.models.frontends import load_model
+
+    try:
+        model = load_model(str(path), name=name)
+        row["path"] = "onnx"
+        return model, list(model.info.get("fallbacks", []))
+    except AutoschedError as err:
+        row["path"] = "torch"
+        model = load_model(module, example_inputs=inputs, name=name)
+        reason = re.sub(r"^model '[^']*' ", "", str(err))
+        return model, [f"PyTorch path (ONNX import: {reason})"]
+
+
+def _onnxruntime(path: Path, feed: dict, n_threads: int):
+    """(session, feed in the graph's input order, outputs) for the exported file: ONNX Runtime is the
+    reference and the peer on either import path."""
+    import onnx
+
+    from autosched.models.frontends import InputSpec, Model, onnx_input_dims
+    from autosched.models.reference import onnxruntime_session
+
+    proto = onnx.load(str(path))
+    graph_feed = {name: feed[name] for name in onnx_input_dims(proto)}
+    specs = [InputSpec(n, a.shape, str(a.dtype)) for n, a in graph_feed.items()]
+    reference = Model(path.stem, None, specs, "onnx", proto.SerializeToString())
+    session = onnxruntime_session(reference, n_threads)
+    return session, graph_feed, session.run(None, graph_feed)
+
+
+def _eager(module, inputs) -> list:
+    import torch
+
+    with torch.no_grad():
+        return [t.numpy() for t in torch.utils._pytree.tree_leaves(module(*inputs)) if isinstance(t, torch.Tensor)]
+
+
+def _tune(args, name: str, tasks, target, db_path: Path, row: dict) -> object | None:
+    from autosched import TuneConfig, open_database
+    from autosched.models.tuning import tune_model_tasks
+    from autosched.session import TuningSession
+    from autosched.tune import BASELINE_DECISIONS, Deadline
+
+    trials, seconds = tuning_budget(args, name, len(tasks))
+    row["trials_per_task"], row["time_budget_s"] = trials, seconds
+    if trials <= 0 and seconds <= 0:  # default schedules only, no measurement at all
+        row["tasks_tuned"], row["tune_s"] = 0, 0.0
+        return None
+    db = open_database(str(db_path))
+    start = time.perf_counter()
+    config = TuneConfig(n_trials=trials, n_threads=args.threads, seed=args.seed, time_budget_s=seconds)
+    with TuningSession(config, tasks[0].target_json) as session:
+        result = tune_model_tasks(session, tasks, db, trials, deadline=Deadline.after(seconds))
+    row["tune_s"] = time.perf_counter() - start
+    row.update(trials=result.n_new, out_of_time=result.out_of_time, tasks_searched=result.n_tuned,
+               tasks_default=result.n_default, tasks_unmeasured=len(result.unmeasured))
+    # tuned: a measured schedule (searched or default) beyond the untuned baseline is in the database
+    row["tasks_tuned"] = sum(any(r.decisions != BASELINE_DECISIONS for r in db.records(t.key)) for t in tasks)
+    return db
+
+
+def _time_interleaved(calls: dict, repeat: int, min_round_s: float) -> dict[str, float]:
+    """Seconds per call of each peer: ``repeat`` rounds, each peer timed once per round in turn; medians."""
+    samples: dict[str, list[float]] = {k: [] for k in calls}
+    for _ in range(repeat):
+        for peer, fn in calls.items():
+            samples[peer].append(time_callable(fn, repeat=1, min_repeat_s=min_round_s))
+    return {peer: statistics.median(s) for peer, s in samples.items()}
+
+
+def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
+    import torch
+
+    from autosched.models import corpus
+    from autosched.models.build import compile_model
+    from autosched.models.graph import extract_tasks, fusion_groups, rewrite
+    from autosched.models.reference import max_relative_error
+    from autosched.spaces.settings import settings_for
+    from autosched.tasks import make_target
+
+    entry = corpus.entry(name)
+    row: dict = {"model": name, "family": entry.family, "library": entry.library, "size": args.size, "ok": False}
+    try:
+        module, inputs = _step(row, "build", corpus.build_module, name, args.size, args.seed)
+        path = _step(row, "export", corpus.export_onnx, name, work / f"{name}.onnx", args.size, seed=args.seed)
+        model, fallbacks = _step(row, "import", _import, name, path, module, inputs, row)
+        target = make_target("llvm", args.threads)
+        fused = _step(row, "rewrite", rewrite, model.mod, target, fallbacks=fallbacks, model_name=name)
+        row["fallbacks"] = [str(f) for f in fallbacks]
+        row["fusion_groups"] = len(fusion_groups(fused))
+        tasks = _step(row, "extract", extract_tasks, fused, target, settings_for(target).version)
+        row["tasks"] = len(tasks)
+        db = _step(row, "tune", _tune, args, name, tasks, target, work / f"{name}.db", row)
+        compiled = _step(row, "compile", compile_model, model, target, db, fused=fused)
+        feed = {n: t.numpy() for n, t in zip(entry.input_names, inputs, strict=True)}
+        session, feed, want = _step(row, "onnxruntime", _onnxruntime, path, feed, args.threads)
+        arrays = [feed[s.name] for s in model.inputs] if row["path"] == "onnx" else [t.numpy() for t in inputs]
+        row["max_rel_error_vs_ort"] = error = _step(row, "run", lambda: max_relative_error(compiled(*arrays), want))
+        if not error <= MAX_ERROR:  # a wrong model is never timed nor counted
+            raise Failed("check", f"outputs differ from ONNX Runtime's: max relative error {error:.1e}")
+        row["torch_max_rel_error_vs_ort"] = max_relative_error(_step(row, "torch", _eager, module, inputs), want)
+        torch.set_num_threads(args.threads)
+        with torch.no_grad():
+            times = _step(row, "timing", _time_interleaved, {
+                "autosched": lambda: compiled(*arrays), "onnxruntime": lambda: session.run(None, feed),
+                "torch": lambda: module(*inputs)}, args.repeat, args.min_round_s)
+        row.update({f"{peer}_s": s for peer, s in times.items()}, load=load_now(), ok=True)
+        row["autosched_vs_ort"] = times["autosched"] / times["onnxruntime"]
+    except Failed as failure:
+        row.update(failed_step=failure.step, error=failure.reason)
+    return row
+
+
+def _ms(row: dict, key: str) -> str:
+    return f"{row[key] * 1e3:.3f}" if key in row else "-"
+
+
+def print_table(rows: list[dict]) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="autosched corpus: import -> rewrite -> tasks -> tune -> compile -> run (vs ONNX Runtime)")
+    columns = ("model", "family", "library", "import/rewrite", "fallbacks", "groups", "tasks found/tuned",
+               "extract s", "tune s", "autosched ms", "ORT ms", "PyTorch ms", "autosched/ORT", "max rel err")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("model", "family", "library", "fallbacks") else "right",
+                         overflow="fold", no_wrap=col == "model")
+    for r in rows:
+        imported = "fusion_groups" in r
+        status = f"ok ({r.get('path', '?')})" if imported else f"FAILED at {r.get('failed_step')}"
+        fallbacks = r.get("fallbacks", [])
+        shown = f"{len(fallbacks)}" + (": " + "; ".join(f[:100] for f in fallbacks) if fallbacks else "")
+        tasks = f"{r['tasks']}/{r.get('tasks_tuned', '-')}" if "tasks" in r else "-"
+        if r["ok"]:
+            cells = [_ms(r, "autosched_s"), _ms(r, "onnxruntime_s"), _ms(r, "torch_s"), f"{r['autosched_vs_ort']:.2f}",
+                     f"{r['max_rel_error_vs_ort']:.1e}"]
+        else:
+            cells = ["-", "-", "-", "-", f"{r.get('failed_step')}: {r.get('error', '')}"[:160]]
+        table.add_row(r["model"], r["family"], r["library"], status, shown, str(r.get("fusion_groups", "-")), tasks,
+                      f"{r['extract_s'] + r.get('rewrite_s', 0):.1f}" if "extract_s" in r else "-",
+                      f"{r['tune_s']:.0f}" if "tune_s" in r else "-", *cells)
+    console = Console(width=220)
+    console.print(table)
+    ran = [r["autosched_vs_ort"] for r in rows if r["ok"]]
+    summary = (f"geometric mean of autosched / ONNX Runtime latency over the {len(ran)} models that ran: "
+               f"{math.exp(statistics.fmean(math.log(x) for x in ran)):.2f}" if ran else "no model ran")
+    summary += f"; {sum(not r['ok'] for r in rows)} of {len(rows)} failed"
+    console.print(summary)
+    return summary
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="", help="comma-separated corpus names (default: all)")
+    p.add_argument("--size", choices=("full", "small"), default="full")
+    p.add_argument("--trials", type=int, help=f"trials per task (shared by the task scheduler; default "
+                   f"{DEFAULT_TRIALS}, or no limit with --time); 0 and no --time: no tuning, default schedules")
+    p.add_argument("--time", type=float, default=0.0, help="tuning seconds per model, baselines included (0: none)")
+    p.add_argument("--threads", type=int, default=1, help="threads of autosched's target, ONNX Runtime and PyTorch")
+    p.add_argument("--repeat", type=int, default=5, help="interleaved timing rounds (the median is reported)")
+    p.add_argument("--min-round-s", type=float, default=0.2, help="each peer runs at least this long per round")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="corpus")
+    p.add_argument("--db-dir", help="keep the exported models and tuning databases here (default: a temporary folder)")
+    args = p.parse_args()
+    if args.repeat < 5:
+        p.error("--repeat must be at least 5")
+    fair_environment(args.threads)
+    from autosched.errors import UserInputError
+    from autosched.models import corpus
+
+    names = [n for n in args.models.split(",") if n] or list(corpus.CORPUS)
+    try:
+        for n in names:
+            corpus.entry(n)
+    except UserInputError as err:
+        p.error(str(err))
+    rows: list[dict] = []
+    meta = {"machine": machine_info(), "size": args.size, "trials_per_task": args.trials, "time_per_model_s": args.time,
+            "threads": args.threads, "repeat": args.repeat, "command": " ".join(["python", *sys.argv])}
+    with tempfile.TemporaryDirectory(prefix="autosched-corpus-") as tmp:
+        work = Path(args.db_dir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            print(f"[{name}] ...", flush=True)
+            rows.append(bench_model(name, args, work))
+            r = rows[-1]
+            print(f"[{name}] " + (f"autosched {r['autosched_s'] * 1e3:.3f} ms, ONNX Runtime "
+                                  f"{r['onnxruntime_s'] * 1e3:.3f} ms, error {r['max_rel_error_vs_ort']:.1e}"
+                                  if r["ok"] else f"FAILED at {r['failed_step']}: {r['error']}"), flush=True)
+            write_json(args.out, {**meta, "rows": rows})
+    summary = print_table(rows)
+    path = write_json(args.out, {**meta, "rows": rows, "summary": summary})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    main()
