@@ -9,6 +9,7 @@ import inspect
 import linecache
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -119,9 +120,19 @@ def cpu_device() -> Any:
     return tvm.cpu(0)
 
 
+def mutate_graph_functions(mod: IRModule, mutator: Any, changed: Callable[[], bool]) -> IRModule:
+    """Run a ``relax.PyExprMutator`` built on ``mod`` over its Relax functions; ``mod`` itself if nothing
+    ``changed()``."""
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gv, mutator.visit_expr(func))
+    return mutator.builder_.get() if changed() else mod
+
+
 __all__ = [
     "IRModule", "PrimFunc", "PopenPoolExecutor", "SAMPLE_KINDS", "Schedule", "ScheduleError", "TVM_VERSION",
     "Target", "Trace", "arg_specs", "as_python", "cpu_device", "estimate_flops", "host_cpu",
-    "install_fast_inspect", "load_json", "ms", "num_threads", "relax", "s_tir", "save_json", "set_num_threads",
+    "install_fast_inspect", "load_json", "ms", "mutate_graph_functions", "num_threads", "relax", "s_tir",
+    "save_json", "set_num_threads",
     "structural_equal", "structural_hash", "te", "tirx", "topi", "tvm", "tvm_ffi",
 ]

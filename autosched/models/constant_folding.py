@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from autosched._tvm import IRModule, relax, tvm
+from autosched._tvm import IRModule, mutate_graph_functions, relax, tvm
 
 
 def _output_shape(call: Any) -> tuple[int, ...] | None:
@@ -88,7 +88,4 @@ class _NumpyFolder(relax.PyExprMutator):
 def fold_simple_constants(mod: IRModule, ctx: Any) -> IRModule:
     """Fold permutes, reshapes and elementwise arithmetic of constants in numpy (see the module doc)."""
     folder = _NumpyFolder(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            folder.builder_.update_func(gv, folder.visit_expr(func))
-    return folder.builder_.get() if folder.n_folded else mod
+    return mutate_graph_functions(mod, folder, lambda: folder.n_folded > 0)

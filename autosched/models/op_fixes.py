@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from autosched._tvm import IRModule, relax, tvm
+from autosched._tvm import IRModule, mutate_graph_functions, relax, tvm
 
 _COMPARISONS = ("relax.equal", "relax.not_equal", "relax.less", "relax.less_equal", "relax.greater",
                 "relax.greater_equal")
@@ -70,7 +70,4 @@ class _OpFixer(relax.PyExprMutator):
 def fix_operator_patterns(mod: IRModule, ctx: Any) -> IRModule:
     """Apply every fix in ``_FIXES`` to the graph functions (see the module doc)."""
     fixer = _OpFixer(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            fixer.builder_.update_func(gv, fixer.visit_expr(func))
-    return fixer.builder_.get() if fixer.n_fixed else mod
+    return mutate_graph_functions(mod, fixer, lambda: fixer.n_fixed > 0)
