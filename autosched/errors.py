@@ -37,3 +37,8 @@ class InvalidConfig(AutoschedError):
 class GraphError(AutoschedError):
     """A model that a required graph step (import, legalization, fusion, build) cannot handle: one line naming
     the model, the step and the operator."""
+
+
+class ReferenceBuildError(AutoschedError):
+    """A task whose unscheduled build (the reference its candidates are checked against) does not build: the
+    task cannot be tuned; a model goes on with its other tasks."""

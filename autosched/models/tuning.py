@@ -19,7 +19,7 @@ from typing import Any
 
 from autosched._tvm import as_python, save_json
 from autosched.db import Database, TaskRow
-from autosched.errors import UserInputError
+from autosched.errors import ReferenceBuildError, UserInputError
 from autosched.models.scheduler import INF, TaskScheduler, TaskState, mark_cheap
 from autosched.records import Candidate, Status, TuningRecord, schedule_key
 from autosched.spaces.settings import settings_for
@@ -58,7 +58,7 @@ class ModelTuneResult:
     states: list[TaskState]  # the tasks whose baseline was measured
     elapsed_s: float
     n_new: int  # measurements after the baselines (default schedules and search trials)
-    unmeasured: list[Task] = field(default_factory=list)  # no baseline: the time ran out first
+    unmeasured: list[Task] = field(default_factory=list)  # no baseline: out of time, or no reference build
     out_of_time: bool = False  # the time budget ended the run (not the trial budget or exhausted spaces)
 
     @property
@@ -119,7 +119,11 @@ def measure_baselines(session, tasks: list[Task], db: Database, deadline: Deadli
             log.info("time budget reached after %d of %d untuned baselines", i, len(tasks))
             break
         report(f"untuned build {i + 1}/{len(tasks)}: {task.name}")
-        state, seconds = _baseline_state(session, task, db, deadline.clock)
+        try:
+            state, seconds = _baseline_state(session, task, db, deadline.clock)
+        except ReferenceBuildError as err:  # one task without a reference is not tuned; the model goes on
+            log.warning("%s: not tuned: %s", task.name, err)
+            continue
         if seconds and measured_any:
             state.baseline_s = seconds
             timed.append(seconds)
@@ -236,4 +240,4 @@ def tune_model_tasks(session, tasks: list[Task], db: Database, trials_per_task: 
         rounds.run(state)
     out_of_time = not in_time or scheduler.next_task() is not None
     return ModelTuneResult(states, time.perf_counter() - start, scheduler.trials_done - done_at_start,
-                           tasks[len(states):], out_of_time)
+                           [t for t in tasks if t.key not in {s.task.key for s in states}], out_of_time)

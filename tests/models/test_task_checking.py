@@ -90,3 +90,53 @@ def test_tune_names_the_tasks_it_could_not_fully_check(tmp_path, capsys):
     assert main(["tune", str(path), "--trials", "2", "--threads", "1", "--db", str(tmp_path / "t.db")]) == 0
     err = capsys.readouterr().err
     assert "1 of 1 tasks could not be fully checked" in err and "every reference output is inf or nan" in err
+
+
+class _TimingOutBuilder:
+    """Every build runs past the builders' timeout (as a big erf expansion did on a loaded machine)."""
+
+    def build(self, candidates):
+        from autosched.measure.base import BuildResult
+        from autosched.records import Status
+
+        return [BuildResult(c, None, "build timed out after 3 s", Status.TIMEOUT) for c in candidates]
+
+    def close(self):
+        pass
+
+
+def test_a_reference_build_past_the_timeout_is_built_once_more_without_it(cpu_target):
+    from autosched.tasks import primfunc_task
+    from autosched.workloads import get_workload
+
+    task = primfunc_task("softmax", get_workload("softmax").prim_func((8, 64)), cpu_target,
+                         settings_for(cpu_target).version)
+    with TuningSession(TuneConfig(n_threads=1), task.target_json, builder=_TimingOutBuilder()) as session:
+        io = session.prepare_io(task)
+        out = np.load(io.io_path)["out0"]
+    assert task.info["check"] == "full"
+    np.testing.assert_allclose(out.sum(axis=-1), 1.0, rtol=1e-5)  # the softmax really ran
+
+
+def test_a_task_without_a_reference_is_left_out_and_the_model_goes_on(cpu_target, monkeypatch):
+    from autosched.db import MemoryDatabase
+    from autosched.errors import ReferenceBuildError
+    from autosched.models.tuning import tune_model_tasks
+
+    proto = _one_input_graph([helper.make_node("Sqrt", ["x"], ["r"]), helper.make_node("Relu", ["r"], ["s"]),
+                              helper.make_node("MatMul", ["s", "w"], ["y"])], {"w": np.eye(16, dtype=np.float32)})
+    tasks = _tasks(proto, cpu_target)
+    assert len(tasks) >= 2
+    broken = tasks[0].key
+    with TuningSession(TuneConfig(n_threads=1, n_trials=1), tasks[0].target_json) as session:
+        real = session.prepare_io
+
+        def prepare_io(task):
+            if task.key == broken:
+                raise ReferenceBuildError(f"the unscheduled {task.name} does not build")
+            return real(task)
+
+        monkeypatch.setattr(session, "prepare_io", prepare_io)
+        result = tune_model_tasks(session, tasks, MemoryDatabase(), 1)
+    assert [t.key for t in result.unmeasured] == [broken]
+    assert len(result.states) == len(tasks) - 1
