@@ -19,7 +19,7 @@ from autosched.measure import worker
 from autosched.measure.base import Builder, Runner, TaskIO
 from autosched.measure.local import LocalBuilder, LocalRunner
 from autosched.paths import data_dir
-from autosched.records import Candidate, MeasureResult, Status, schedule_key
+from autosched.records import BuildResult, Candidate, MeasureResult, Status, schedule_key
 from autosched.search.optuna_strategy import OptunaStrategy, seen_from_records
 from autosched.search.screen import ModelScreen
 from autosched.spaces.settings import settings_for
@@ -83,6 +83,7 @@ class TuningSession:
                  runner: Runner | None = None):
         self.config = config
         self._tmp = tempfile.TemporaryDirectory(prefix="autosched-")
+        self._reference_libraries: dict[str, str] = {}  # task key -> its unscheduled library, until measured
         self.builder = builder or LocalBuilder(target_json, config.n_build_workers or None, config.build_timeout_s,
                                                work_dir=self._tmp.name)
         self.runner = runner or LocalRunner(config.threads, config.run_timeout_s, config.repeat,
@@ -137,19 +138,23 @@ class TuningSession:
         """The reference build. It is a one-off, not a candidate: one that runs past the builders' timeout (a
         big erf expansion on a loaded machine) is built again here, without a timeout."""
         (build,) = self.builder.build([Candidate(task.key, {}, mod_json=save_json(task.mod))])
-        if build.status is Status.OK:
-            return build.artifact_path
-        path = os.path.join(self._tmp.name, f"reference-{task.key}.so")
-        try:
-            worker.build(save_json(task.mod), task.target_json, path)
-        except Exception as err:  # TVM's build errors
-            raise ReferenceBuildError(f"the unscheduled {task.name} does not build: {build.error}") from err
+        path = build.artifact_path
+        if build.status is not Status.OK:
+            path = os.path.join(self._tmp.name, f"reference-{task.key}.so")
+            try:
+                worker.build(save_json(task.mod), task.target_json, path)
+            except Exception as err:  # TVM's build errors
+                raise ReferenceBuildError(f"the unscheduled {task.name} does not build: {build.error}") from err
+        self._reference_libraries[task.key] = path
         return path
 
     def measure_unscheduled(self, task: Task) -> MeasureResult:
         """TVM's default build of the task, measured like any candidate (the 'untuned' baseline)."""
         io = self.prepare_io(task)
-        return self.runner.run(self.builder.build([Candidate(task.key, {}, mod_json=save_json(task.mod))]), io)[0]
+        cand = Candidate(task.key, {}, mod_json=save_json(task.mod))
+        library = self._reference_libraries.pop(task.key, None)  # the reference build is this very build
+        builds = [BuildResult(cand, library)] if library else self.builder.build([cand])
+        return self.runner.run(builds, io)[0]
 
     # --- tuning --------------------------------------------------------------------------------------------
     def strategy(self, task: Task, db: Database) -> OptunaStrategy:
