@@ -30,7 +30,7 @@ def _load(args: argparse.Namespace, n_threads: int):
     target = make_target(args.target, n_threads)
     if target.kind.name != "llvm":
         raise UserInputError(f"measuring on {target.kind.name} needs that device; models run on llvm (CPU) here")
-    model = load_model(args.model, shapes)
+    model = args.model if hasattr(args.model, "mod") else load_model(args.model, shapes)  # or --func's Model
     return model, target, rewrite_reporting(model, target)
 
 
@@ -189,16 +189,24 @@ def _open_existing(path: str):
 
 
 def _warn_if_no_match(compiled, db, target) -> None:
-    """Nothing tuned was found: say so if the database holds tasks for another target (e.g. thread count)."""
+    """Say so when schedules came from another thread count, or when nothing tuned matched this target."""
     import json
+    from collections import Counter
 
+    threads = target.attrs.get("num-cores")
+    if compiled.borrowed:
+        counts = Counter(compiled.borrowed.values())
+        tuned_at = ", ".join(f"{n} thread(s) for {k} group(s)" for n, k in sorted(counts.items()))
+        err.print(f"note: the database has no schedules tuned at {threads} thread(s) for {len(compiled.borrowed)} "
+                  f"fusion group(s): using the ones tuned at {tuned_at} (tune with --threads {threads} to "
+                  "tune for this setting)", style="yellow", highlight=False)
     if compiled.counts()["tuned"] or not db.tasks():
         return
     others = {json.loads(t.target).get("num-cores") for t in db.tasks()}
     err.print(f"warning: none of the {len(db.tasks())} tasks in the database is for this target "
-              f"({target.kind.name}, {target.attrs.get('num-cores')} threads); it holds tasks for "
-              f"{', '.join(str(o) for o in sorted(others, key=str))} thread(s): use the --target and --threads "
-              "of the tuning run", style="yellow")
+              f"({target.kind.name}, {threads} threads); it holds tasks for "
+              f"{', '.join(str(o) for o in sorted(others, key=str))} thread(s): use the --target of the tuning "
+              "run", style="yellow")
 
 
 def cmd_compile(args: argparse.Namespace) -> int:

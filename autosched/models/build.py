@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from autosched.models.graph import (
     run_passes,
     ungroup,
 )
+from autosched.models.serving import Caller
 from autosched.records import Status
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
@@ -47,20 +49,55 @@ def default_schedule(mod: IRModule, target: Target) -> Any | None:
 
 
 def apply_database(fused: IRModule, target: Target, db: Database | None,
-                   default: bool = True) -> tuple[IRModule, dict[str, str]]:
-    """Replace every fusion group by its best stored schedule (else a default one). Returns (module, sources)."""
+                   default: bool = True) -> tuple[IRModule, dict[str, str], dict[str, int]]:
+    """Replace every fusion group by its best stored schedule (else a default one).
+
+    A group with no record for this target but records for the same CPU at another thread count gets the best
+    of those, from the nearest tuned thread count (a schedule is valid at any thread count; its parallel
+    split was only tuned for another). Returns (module, group -> tuned | default | unscheduled,
+    group -> thread count of a record borrowed that way)."""
     out = IRModule(fused.functions, attrs=fused.attrs) if fused.attrs else IRModule(fused.functions)
-    space_version, tjson = settings_for(target).version, target_json(target)
+    space_version = settings_for(target).version
+    alternatives = [(target, None)] + [(t, n) for t, n in _other_thread_counts(db, target)]
     sources: dict[str, str] = {}
+    borrowed: dict[str, int] = {}
     for group in fusion_groups(fused):
         mod = group_module(group.func)
-        best = _best_schedule_record(db, task_key(mod, target, space_version), tjson)
+        best, threads = _best_of_alternatives(db, mod, alternatives, space_version)
         sch = schedule_from_record(mod, best) if best is not None else (
             default_schedule(mod, target) if default else None)
         sources[group.name] = TUNED if best is not None else (DEFAULT if sch is not None else UNSCHEDULED)
+        if best is not None and threads is not None:
+            borrowed[group.name] = threads
         if sch is not None:
             out[out.get_global_var(group.name)] = ungroup(sch.mod["main"])
-    return out, sources
+    return out, sources, borrowed
+
+
+def _best_of_alternatives(db: Database | None, mod: IRModule, alternatives: list[tuple[Target, int | None]],
+                          space_version: int) -> tuple[Any | None, int | None]:
+    """The best record of the first alternative target that has one, and that target's thread count."""
+    for candidate, threads in alternatives:
+        best = _best_schedule_record(db, task_key(mod, candidate, space_version), target_json(candidate))
+        if best is not None:
+            return best, threads
+    return None, None
+
+
+def _other_thread_counts(db: Database | None, target: Target) -> list[tuple[Target, int]]:
+    """``target`` at each other thread count the database holds tasks for, nearest first (ties: more threads)."""
+    if db is None or "num-cores" not in target.attrs:
+        return []
+    mine = json.loads(str(target))
+    counts = set()
+    for row in db.tasks():
+        theirs = json.loads(row.target)
+        n = theirs.pop("num-cores", None)
+        if isinstance(n, int) and n != mine["num-cores"] and theirs == {k: v for k, v in mine.items()
+                                                                     if k != "num-cores"}:
+            counts.add(n)
+    ordered = sorted(counts, key=lambda n: (abs(n - mine["num-cores"]), -n))
+    return [(Target({**mine, "num-cores": n}), n) for n in ordered]
 
 
 def _best_schedule_record(db: Database | None, key: str, tjson: str) -> Any | None:
@@ -74,12 +111,6 @@ def _best_schedule_record(db: Database | None, key: str, tjson: str) -> Any | No
     return best if scheduled else None
 
 
-def _as_arrays(result: Any) -> list[np.ndarray]:
-    if hasattr(result, "numpy"):
-        return [result.numpy()]
-    return [a for item in result for a in _as_arrays(item)]
-
-
 @dataclass
 class CompiledModel:
     """A built model: call it with numpy arrays, time it, or export it as a shared library."""
@@ -88,8 +119,10 @@ class CompiledModel:
     inputs: list[InputSpec]
     target: str  # target JSON
     sources: dict[str, str] = field(default_factory=dict)  # fusion group -> tuned | default | unscheduled
+    borrowed: dict[str, int] = field(default_factory=dict)  # fusion group -> thread count its record was tuned at
     entry: str = "main"
     _vm_cache: Any = field(default=None, init=False, repr=False, compare=False)
+    _caller_cache: Caller | None = field(default=None, init=False, repr=False, compare=False)
 
     def counts(self) -> Counter:
         return Counter(self.sources.values())
@@ -99,25 +132,28 @@ class CompiledModel:
             self._vm_cache = relax.VirtualMachine(self.executable, cpu_device())
         return self._vm_cache
 
-    def _check(self, arrays: tuple[np.ndarray, ...]) -> list[Any]:
-        if len(arrays) != len(self.inputs):
-            raise UserInputError(f"the model takes {len(self.inputs)} inputs "
-                                 f"({', '.join(s.name for s in self.inputs)}), got {len(arrays)}")
-        for spec, a in zip(self.inputs, arrays, strict=True):
-            if tuple(a.shape) != spec.shape:
-                raise UserInputError(f"input {spec.name!r} must have shape {spec.shape}, got {tuple(a.shape)}")
-        return [tvm.runtime.tensor(np.ascontiguousarray(a, spec.dtype), cpu_device())
-                for spec, a in zip(self.inputs, arrays, strict=True)]
+    def _caller(self) -> Caller:
+        if self._caller_cache is None:
+            self._caller_cache = Caller(self._vm()[self.entry], self.inputs)
+        return self._caller_cache
 
-    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        return _as_arrays(self._vm()[self.entry](*self._check(arrays)))
+    def __call__(self, *arrays: Any, out: Sequence[Any] | None = None) -> list[Any]:
+        """Run the model: numpy arrays (or torch tensors, or anything with ``__dlpack__``) in, one array per
+        output back (torch tensors for torch inputs), or written into ``out``. Aligned, contiguous inputs of
+        the right dtype are not copied (``autosched.models.serving``)."""
+        return self._caller()(arrays, out)
 
     def time(self, arrays: list[np.ndarray], n_threads: int, repeat: int = 5, min_repeat_ms: int = 200) -> list[float]:
-        """Seconds per inference, ``repeat`` samples, with ``n_threads`` TVM threads."""
+        """The kernels' own time (TVM's timer on the VM, inputs already tensors): seconds per inference,
+        ``repeat`` samples, with ``n_threads`` TVM threads. A call from Python adds ``Caller``'s overhead."""
         set_num_threads(n_threads)
         timer = self._vm().time_evaluator(self.entry, cpu_device(), number=1, repeat=repeat,
                                           min_repeat_ms=min_repeat_ms)
-        return list(timer(*self._check(tuple(arrays))).results)
+        caller = self._caller()
+        args = [tvm.runtime.tensor(np.ascontiguousarray(a, s.dtype), cpu_device())
+                for s, a in zip(self.inputs, arrays, strict=True)]
+        caller(arrays)  # the same checks as a call
+        return list(timer(*args).results)
 
     def export_library(self, path: str | Path) -> Path:
         """Write ``path`` (a shared library) and ``path.json`` (inputs, target, schedule sources)."""
@@ -125,7 +161,7 @@ class CompiledModel:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.executable.export_library(str(path))
         meta = {"inputs": [[s.name, list(s.shape), s.dtype] for s in self.inputs], "target": self.target,
-                "sources": self.sources, "entry": self.entry}
+                "sources": self.sources, "borrowed": self.borrowed, "entry": self.entry}
         Path(str(path) + ".json").write_text(json.dumps(meta, indent=1))
         return path
 
@@ -135,9 +171,10 @@ def compile_model(model: Model, target: Target, db: Database | None = None, defa
     """Graph rewrites, the database's best schedules (default ones for the rest), then TVM's build.
     ``fused``: the model already through ``rewrite`` for this target (saves doing it again)."""
     fused = fused if fused is not None else rewrite(model.mod, target)
-    scheduled, sources = apply_database(fused, target, db, default_schedules)
+    scheduled, sources, borrowed = apply_database(fused, target, db, default_schedules)
     final = run_passes(scheduled, target, FINISH_PASSES, model_name=model.name)
-    return CompiledModel(_build(final, target, model.name), model.inputs, target_json(target), sources, model.entry)
+    return CompiledModel(_build(final, target, model.name), model.inputs, target_json(target), sources,
+                         borrowed, model.entry)
 
 
 def _build(mod: IRModule, target: Target, model_name: str) -> Any:
@@ -152,7 +189,7 @@ def compile_unscheduled(model: Model, target: Target, fused: IRModule | None = N
     """TVM's default CPU build with no schedules at all (the 'untuned' baseline)."""
     fused = fused if fused is not None else rewrite(model.mod, target)
     return CompiledModel(_build(fused, target, model.name), model.inputs, target_json(target),
-                         {g.name: UNSCHEDULED for g in fusion_groups(fused)}, model.entry)
+                         {g.name: UNSCHEDULED for g in fusion_groups(fused)}, entry=model.entry)
 
 
 def load_compiled(path: str | Path) -> CompiledModel:
@@ -165,4 +202,4 @@ def load_compiled(path: str | Path) -> CompiledModel:
     meta = json.loads(meta_path.read_text())
     inputs = [InputSpec(name, tuple(shape), dtype) for name, shape, dtype in meta["inputs"]]
     return CompiledModel(tvm.runtime.load_module(str(path)), inputs, meta["target"], meta.get("sources", {}),
-                         meta.get("entry", "main"))
+                         meta.get("borrowed", {}), meta.get("entry", "main"))

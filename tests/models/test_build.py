@@ -103,14 +103,32 @@ def test_without_records_groups_get_default_schedules_and_match_the_untuned_buil
     assert len(loaded.time(inputs, n_threads=1, repeat=2, min_repeat_ms=1)) == 2
 
 
-def test_records_for_another_target_are_not_applied(cpu_target):
+def test_records_for_another_cpu_are_not_applied(cpu_target):
     from autosched.tasks import make_target
 
     model = load_model(conv_bn_relu()[0])
     db = MemoryDatabase()
-    record_one_schedule_per_task(model, cpu_target, db)
-    other = make_target("llvm", 7)  # another thread count is another target (and another key)
-    assert set(compile_model(model, other, db).sources.values()) == {DEFAULT}
+    record_one_schedule_per_task(model, make_target('{"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 1}'),
+                                 db)
+    compiled = compile_model(model, cpu_target, db)
+    assert set(compiled.sources.values()) == {DEFAULT} and compiled.borrowed == {}
+
+
+def test_records_tuned_at_another_thread_count_are_used_from_the_nearest_one(cpu_target):
+    from autosched.tasks import make_target
+
+    model = load_model(conv_bn_relu()[0])
+    db = MemoryDatabase()
+    for n_threads in (1, 8):
+        record_one_schedule_per_task(model, make_target("llvm", n_threads), db)
+    compiled = compile_model(model, make_target("llvm", 3), db)
+    assert set(compiled.sources.values()) == {TUNED}
+    assert set(compiled.borrowed.values()) == {1} and set(compiled.borrowed) == set(compiled.sources)
+    at_one = compile_model(model, make_target("llvm", 1), db)
+    assert at_one.borrowed == {}  # the exact thread count's records are used as they are
+    inputs = model.random_inputs(0)
+    np.testing.assert_allclose(compiled(*inputs)[0], compile_unscheduled(model, cpu_target)(*inputs)[0],
+                               rtol=1e-4, atol=1e-5)
 
 
 def test_compiled_model_refuses_wrong_inputs(cpu_target):
@@ -138,3 +156,59 @@ def test_a_budget_that_ended_after_the_baselines_still_gets_default_schedules(cp
     assert set(compile_model(model, cpu_target, db).sources.values()) == {DEFAULT}
     record_one_schedule_per_task(model, cpu_target, db)  # measured at 1e-3 s: slower than the 1e-6 s baselines
     assert set(compile_model(model, cpu_target, db).sources.values()) == {TUNED}  # the baseline record
+
+
+def _at_offset(x: np.ndarray, shift: int) -> np.ndarray:
+    """A copy of ``x`` whose data starts ``shift`` elements after a 64-byte boundary."""
+    from autosched.models.serving import ALIGNMENT
+
+    buf = np.empty(x.size + ALIGNMENT, x.dtype)
+    start = (-buf.ctypes.data % ALIGNMENT) // x.itemsize + shift
+    view = buf[start:start + x.size].reshape(x.shape)
+    view[...] = x
+    return view
+
+
+def test_the_serving_call_takes_aligned_inputs_without_a_copy_and_writes_into_given_outputs(cpu_target):
+    model = load_model(conv_bn_relu()[0])
+    compiled = compile_model(model, cpu_target, MemoryDatabase())
+    x = model.random_inputs(1)[0]
+    want = compiled(x)[0].copy()
+    aligned, unaligned = (_at_offset(x, shift) for shift in (0, 1))
+    caller = compiled._caller()
+    assert np.shares_memory(np.from_dlpack(caller._argument(0, aligned)), aligned)  # no copy
+    assert not np.shares_memory(np.from_dlpack(caller._argument(0, unaligned)), unaligned)  # copied, staged
+    for arg in (aligned, unaligned, x.astype("float64"), x.tolist()):
+        np.testing.assert_array_equal(compiled(np.asarray(arg) if isinstance(arg, list) else arg)[0], want)
+    first = compiled(x)[0]
+    second = compiled(x + 1)[0]
+    assert not np.shares_memory(first, second)  # results of earlier calls are never overwritten
+    np.testing.assert_array_equal(first, want)
+    out = np.empty_like(want)
+    assert compiled(x, out=[out])[0] is out
+    np.testing.assert_array_equal(out, want)
+
+
+def test_the_serving_call_takes_and_returns_torch_tensors(cpu_target):
+    torch = pytest.importorskip("torch")
+    model = load_model(conv_bn_relu()[0])
+    compiled = compile_model(model, cpu_target, MemoryDatabase())
+    x = model.random_inputs(2)[0]
+    got = compiled(torch.from_numpy(x))[0]
+    assert isinstance(got, torch.Tensor)
+    np.testing.assert_array_equal(got.numpy(), compiled(x)[0])
+    out = torch.empty(tuple(got.shape))
+    compiled(torch.from_numpy(x), out=[out])
+    np.testing.assert_array_equal(out.numpy(), got.numpy())
+
+
+def test_the_serving_call_refuses_a_wrong_out(cpu_target):
+    from autosched.errors import UserInputError
+
+    model = load_model(conv_bn_relu()[0])
+    compiled = compile_model(model, cpu_target, MemoryDatabase())
+    x = model.random_inputs(0)[0]
+    with pytest.raises(UserInputError, match="out= must hold 1 arrays"):
+        compiled(x, out=[])
+    with pytest.raises(UserInputError, match=r"out\[0\] must have shape"):
+        compiled(x, out=[np.empty((1,), "float32")])
