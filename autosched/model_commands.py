@@ -227,8 +227,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from autosched._tvm import set_num_threads
     from autosched.models.build import compile_model, compile_unscheduled
-    from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime, time_onnxruntime
+    from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
+    from autosched.timing import time_interleaved
 
     model, target, fused = _load(args, args.threads)
     session = onnxruntime_session(model, args.threads)  # refuses non-ONNX models before any build
@@ -238,11 +240,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     tuned = compile_model(model, target, db, fused=fused)
     _warn_if_no_match(tuned, db, target)
     untuned = compile_unscheduled(model, target, fused=fused)
-    ort_s = float(np.median(time_onnxruntime(session, model, inputs, args.repeat)))
-    tuned_s = float(np.median(tuned.time(inputs, args.threads, args.repeat)))
-    untuned_s = float(np.median(untuned.time(inputs, args.threads, repeat=max(args.repeat // 2, 1), min_repeat_ms=0)))
+    set_num_threads(args.threads)
+    feed = {spec.name: x for spec, x in zip(model.inputs, inputs, strict=True)}
+    times = time_interleaved({"tuned": lambda: tuned(*inputs), "untuned": lambda: untuned(*inputs),
+                              "ort": lambda: session.run(None, feed)}, args.repeat, min_round_s=0.1)
+    tuned_s, untuned_s, ort_s = (float(np.median(times[k])) for k in ("tuned", "untuned", "ort"))
     worst = max_relative_error(tuned(*inputs), want)
-    table = Table(title=f"autosched run: {model.name}, {args.threads} thread(s)")
+    table = Table(title=f"autosched run: {model.name}, {args.threads} thread(s), latency of the call from Python "
+                        "(median of interleaved rounds)")
     for col in ("build", "median latency", "vs untuned", "vs ONNX Runtime", "max rel. error vs ORT"):
         table.add_column(col, justify="left" if col == "build" else "right")
     for label, seconds, error in (("autosched (tuned)", tuned_s, f"{worst:.2e}"),

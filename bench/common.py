@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 import os
 import platform
-import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -42,20 +40,19 @@ def load_now() -> float:
     return os.getloadavg()[0]
 
 
-def time_callable(fn: Callable[[], object], repeat: int = 5, min_repeat_s: float = 0.04) -> float:
-    """Median seconds per call over ``repeat`` rounds, each running at least ``min_repeat_s``."""
-    fn()  # warm-up
-    rounds = []
-    for _ in range(repeat):
-        n, start = 0, time.perf_counter()
-        while True:
-            fn()
-            n += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_repeat_s:
-                break
-        rounds.append(elapsed / n)
-    return statistics.median(rounds)
+def time_callable(*args, **kwargs) -> float:
+    """``autosched.timing.time_callable``, imported on use: importing autosched loads numpy and TVM, which
+    must come after ``fair_environment`` has fixed the thread counts."""
+    from autosched.timing import time_callable as timer
+
+    return timer(*args, **kwargs)
+
+
+def time_interleaved(*args, **kwargs) -> dict[str, list[float]]:
+    """``autosched.timing.time_interleaved``, imported on use (see ``time_callable``)."""
+    from autosched.timing import time_interleaved as timer
+
+    return timer(*args, **kwargs)
 
 
 def write_json(name: str, payload: dict) -> Path:

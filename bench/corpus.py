@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fair_environment, load_now, machine_info, time_callable, write_json  # noqa: E402
+from common import fair_environment, load_now, machine_info, time_interleaved, write_json  # noqa: E402
 
 MAX_ERROR = 1e-3  # largest relative error vs ONNX Runtime of a model that counts (as bench/models.py)
 
@@ -130,13 +130,8 @@ def _tune(args, name: str, tasks, target, db_path: Path, row: dict) -> object | 
     return db
 
 
-def _time_interleaved(calls: dict, repeat: int, min_round_s: float) -> dict[str, float]:
-    """Seconds per call of each peer: ``repeat`` rounds, each peer timed once per round in turn; medians."""
-    samples: dict[str, list[float]] = {k: [] for k in calls}
-    for _ in range(repeat):
-        for peer, fn in calls.items():
-            samples[peer].append(time_callable(fn, repeat=1, min_repeat_s=min_round_s))
-    return {peer: statistics.median(s) for peer, s in samples.items()}
+def _median_interleaved(calls: dict, repeat: int, min_round_s: float) -> dict[str, float]:
+    return {peer: statistics.median(s) for peer, s in time_interleaved(calls, repeat, min_round_s).items()}
 
 
 def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
@@ -172,7 +167,7 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
         row["torch_max_rel_error_vs_ort"] = max_relative_error(_step(row, "torch", _eager, module, inputs), want)
         torch.set_num_threads(args.threads)
         with torch.no_grad():
-            times = _step(row, "timing", _time_interleaved, {
+            times = _step(row, "timing", _median_interleaved, {
                 "autosched": lambda: compiled(*arrays), "onnxruntime": lambda: session.run(None, feed),
                 "torch": lambda: module(*inputs)}, args.repeat, args.min_round_s)
         row.update({f"{peer}_s": s for peer, s in times.items()}, load=load_now(), ok=True)

@@ -11,7 +11,8 @@ from autosched.errors import UserInputError
 from autosched.models.frontends import Model
 
 
-def onnxruntime_session(model: Model, n_threads: int) -> Any:
+def onnxruntime_session(model: Model, n_threads: int, profile: bool = False) -> Any:
+    """An ONNX Runtime CPU session at its default settings but the thread count (and profiling, if asked)."""
     if model.onnx_bytes is None:
         raise UserInputError(f"{model.name} is not an ONNX model: ONNX Runtime cannot run it")
     try:
@@ -21,6 +22,7 @@ def onnxruntime_session(model: Model, n_threads: int) -> Any:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = n_threads, 1
     opts.log_severity_level = 3
+    opts.enable_profiling = profile
     return ort.InferenceSession(model.onnx_bytes, opts, providers=["CPUExecutionProvider"])
 
 
@@ -41,6 +43,23 @@ def time_onnxruntime(session: Any, model: Model, inputs: list[np.ndarray], repea
             n += 1
         samples.append((time.perf_counter() - start) / n)
     return samples
+
+
+def onnxruntime_executor_times(profiled_session: Any) -> list[float]:
+    """ONNX Runtime's own time for running the graph, seconds per run, from a session made with
+    ``profile=True`` (its profiler's ``SequentialExecutor::Execute`` events; this ends the profiling): what
+    ``session.run`` of that session costs beyond it is its call overhead, as TVM's timer on the VM is for
+    autosched. The first runs (allocations) are left out."""
+    import json
+    from pathlib import Path
+
+    path = Path(profiled_session.end_profiling())
+    try:
+        events = json.loads(path.read_text())
+    finally:
+        path.unlink(missing_ok=True)
+    times = [e["dur"] * 1e-6 for e in events if e.get("name") == "SequentialExecutor::Execute"]
+    return times[min(5, len(times) // 2):]
 
 
 def max_relative_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
