@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -28,21 +27,6 @@ def onnxruntime_session(model: Model, n_threads: int, profile: bool = False) -> 
 
 def run_onnxruntime(session: Any, model: Model, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return list(session.run(None, {spec.name: x for spec, x in zip(model.inputs, inputs, strict=True)}))
-
-
-def time_onnxruntime(session: Any, model: Model, inputs: list[np.ndarray], repeat: int = 5,
-                     min_repeat_s: float = 0.2) -> list[float]:
-    """Seconds per inference: ``repeat`` samples, each the mean over runs filling ``min_repeat_s``."""
-    feed = {spec.name: x for spec, x in zip(model.inputs, inputs, strict=True)}
-    session.run(None, feed)
-    samples = []
-    for _ in range(repeat):
-        n, start = 0, time.perf_counter()
-        while n == 0 or time.perf_counter() - start < min_repeat_s:
-            session.run(None, feed)
-            n += 1
-        samples.append((time.perf_counter() - start) / n)
-    return samples
 
 
 def onnxruntime_executor_times(profiled_session: Any) -> list[float]:
