@@ -90,6 +90,11 @@ def test_tune_compile_run_end_to_end(onnx_file, tmp_path, capsys):
     assert main(["run", *common, "--db", str(db), "--repeat", "2"]) == 0
     out = capsys.readouterr().out
     assert "ONNX Runtime" in out and "outputs match ONNX Runtime" in out and "2 tuned" in out
+    at_two = [str(model), "--input", "x:2x16", "--threads", "2"]  # tuned at 1 thread, served at 2
+    assert main(["compile", *at_two, "--db", str(db), "-o", str(lib)]) == 0
+    out = capsys.readouterr()
+    assert "2 tuned" in out.out
+    assert "no schedules tuned at 2 thread(s) for 2 fusion group(s): using the ones tuned at 1 thread(s)" in out.err
 
 
 @pytest.mark.parametrize("args,message", [
