@@ -21,11 +21,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_tune(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tune", help="tune a model (ONNX file or zoo:NAME) or one tensor operator (--op)")
+    p = sub.add_parser("tune", help="tune a model (ONNX file or zoo:NAME), one tensor operator (--op) or your own "
+                                    "tensor program (--func)")
     p.add_argument("model", nargs="?", help="an .onnx file, or zoo:mlp | zoo:resnet18 | zoo:bert (built-in)")
     p.add_argument("--input", action="append", help="shape of a model input, NAME:1x3x224x224 (repeatable)")
     p.add_argument("--op", help="catalog operator: matmul, batch_matmul, dense, conv2d, ...")
     p.add_argument("--shape", help="operator sizes, comma-separated, e.g. 512,512,512 (with --op)")
+    p.add_argument("--func", metavar="PATH.py:NAME",
+                   help="a tensor program in a Python file: a TE tensor or list of tensors, a TIR PrimFunc, an "
+                        "IRModule (one PrimFunc, or a Relax model), or a function without arguments returning one")
     p.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, a TVM tag, or a JSON dict")
     p.add_argument("--trials", type=int, help="measured candidates per task, earlier runs included (64)")
     p.add_argument("--time", type=parse_duration, metavar="DURATION",

@@ -47,28 +47,62 @@ def _config(args: argparse.Namespace) -> TuneConfig:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from autosched.db import open_database
-    from autosched.spaces.settings import settings_for
-    from autosched.tasks import make_target, op_task
-    from autosched.workloads import get_workload, parse_shape
-
-    if args.model and args.op:
-        raise UserInputError("give either a MODEL or --op, not both")
+    given = [flag for flag, value in (("a MODEL", args.model), ("--op", args.op), ("--func", args.func)) if value]
+    if len(given) > 1:
+        raise UserInputError(f"give either a MODEL or --op or --func, not {' and '.join(given)}")
     if args.model:
         from autosched.model_commands import tune_model_command
 
         return tune_model_command(args)
+    if args.func:
+        return _tune_program(args)
     if not args.op or not args.shape:
-        raise UserInputError("nothing to tune: give a MODEL (an .onnx file or zoo:NAME) or --op OP --shape DIMS")
+        raise UserInputError("nothing to tune: give a MODEL (an .onnx file or zoo:NAME), --op OP --shape DIMS "
+                             "or --func PATH.py:NAME")
+    from autosched.spaces.settings import settings_for
+    from autosched.tasks import op_task
+    from autosched.workloads import get_workload, parse_shape
+
     # Validate everything before the database is opened or created: bad input leaves it untouched.
     cfg = _config(args)
     workload = get_workload(args.op)
     shape = parse_shape(args.shape)
     workload.normalise(shape)
-    target = make_target(args.target, cfg.threads)
+    target = _measurable_target(args.target, cfg.threads)
+    return _tune_task(args, cfg, op_task(args.op, shape, target, settings_for(target).version))
+
+
+def _measurable_target(spec: str, n_threads: int):
+    from autosched.tasks import make_target
+
+    target = make_target(spec, n_threads)
     if target.kind.name != "llvm":
         raise UserInputError(f"measuring on {target.kind.name} needs that device; this command measures on llvm (CPU)")
-    task = op_task(args.op, shape, target, settings_for(target).version)
+    return target
+
+
+def _tune_program(args: argparse.Namespace) -> int:
+    """``--func path.py:name``: a TE compute or PrimFunc is one task; a Relax module is tuned as a model."""
+    from autosched.programs import is_relax_module, load_program, program_task
+
+    if args.shape:
+        raise UserInputError("--shape goes with --op; a --func program has its own shapes")
+    cfg = _config(args)
+    program, name = load_program(args.func)
+    if is_relax_module(program):
+        from autosched.model_commands import tune_model_command
+        from autosched.models.frontends import load_model
+
+        args.model = load_model(program, name=name)
+        return tune_model_command(args)
+    return _tune_task(args, cfg, program_task(program, _measurable_target(args.target, cfg.threads), name))
+
+
+def _tune_task(args: argparse.Namespace, cfg: TuneConfig, task) -> int:
+    """Tune one task (a catalog operator or a program) with a progress bar, then print its table."""
+    from autosched.db import open_database
+
+    target = task.target
     if cfg.cost_model == "xgb" and cfg.transfer:
         from autosched.session import load_start_model
 

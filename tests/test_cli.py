@@ -144,3 +144,110 @@ def test_config_file_with_an_unknown_cost_model_is_refused(tmp_path, existing_db
     assert main(["tune", "--op", "matmul", "--shape", "8,8,8", "--config", str(cfg), "--db", str(existing_db)]) == 2
     assert "unknown cost model 'oracle'" in capsys.readouterr().err
     assert _digest(existing_db) == before
+
+
+# --- your own tensor program: tune --func path.py:name -------------------------------------------------------
+PROGRAMS = '''
+from tvm import te
+
+
+def matmul():
+    a = te.placeholder((16, 16), name="A")
+    b = te.placeholder((16, 16), name="B")
+    k = te.reduce_axis((0, 16), name="k")
+    return [a, b, te.compute((16, 16), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")]
+
+
+n = te.var("n")
+x = te.placeholder((n,), name="x")
+dynamic = [x, te.compute((n,), lambda i: x[i] * 2, name="y")]
+'''
+
+
+@pytest.fixture()
+def programs_py(tmp_path):
+    path = tmp_path / "programs.py"
+    path.write_text(PROGRAMS)
+    return path
+
+
+BAD_FUNC = [
+    (["--func", "{dir}/nope.py:matmul"], "is not a file"),
+    (["--func", "{file}:missing"], "has no attribute 'missing'; programs found there: dynamic"),
+    (["--func", "{file}:dynamic"], "dynamic shape: argument x has symbolic dimension(s) n"),
+    (["--func", "{file}"], "write PATH.py:NAME"),
+    (["--func", "{file}:matmul", "--shape", "8,8"], "--shape goes with --op"),
+    (["--func", "{file}:matmul", "--op", "matmul"], "give either a MODEL or --op or --func, not --op and --func"),
+    (["--func", "{file}:matmul", "--target", "cuda"], "measuring on cuda needs that device"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_FUNC)
+def test_bad_func_is_one_line_exit_2_and_db_untouched(args, message, programs_py, existing_db, capsys):
+    before = _digest(existing_db)
+    args = [a.format(dir=programs_py.parent, file=programs_py) for a in args]
+    assert main(["tune", *args, "--db", str(existing_db)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and err.startswith("autosched: error:")
+    assert _digest(existing_db) == before
+
+
+@pytest.mark.slow
+def test_tune_func_then_show_and_compile_the_stored_result(programs_py, tmp_path, capsys):
+    import numpy as np
+
+    import autosched
+    from autosched.programs import load_program
+
+    db = tmp_path / "prog.db"
+    args = ["tune", "--func", f"{programs_py}:matmul", "--trials", "4", "--batch", "4", "--threads", "1",
+            "--db", str(db)]
+    assert main(args) == 0
+    assert "matmul" in capsys.readouterr().out
+    assert main(["show", "--db", str(db)]) == 0
+    assert "matmul" in capsys.readouterr().out
+    program, _ = load_program(f"{programs_py}:matmul")
+    target = autosched.make_target("llvm", 1)
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((16, 16)).astype("float32") for _ in range(2))
+    results = []
+    for source in (str(db), None):  # tuned, then the unscheduled build
+        kernel, dev = autosched.compile_program(program, source, target), autosched._tvm.cpu_device()
+        out = autosched._tvm.tvm.runtime.empty((16, 16), "float32", dev)
+        kernel["main"](autosched._tvm.tvm.runtime.tensor(a, dev), autosched._tvm.tvm.runtime.tensor(b, dev), out)
+        results.append(out.numpy())
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(results[0], a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_tune_func_with_a_relax_module_tunes_it_as_a_model(tmp_path, capsys):
+    path = tmp_path / "relax_prog.py"
+    path.write_text('''
+from tvm.relax.frontend import nn
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return nn.relu(self.fc(x))
+
+
+def tiny():
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    mod, params = Tiny().export_tvm(spec={"forward": {"x": nn.spec.Tensor((2, 8), "float32")}})
+    rng = np.random.default_rng(0)
+    weights = {k: tvm.runtime.tensor(rng.standard_normal([int(d) for d in p.shape]).astype("float32"))
+               for k, p in params}
+    return relax.transform.BindParams("forward", weights)(mod)
+''')
+    db = tmp_path / "relax.db"
+    assert main(["tune", "--func", f"{path}:tiny", "--trials", "4", "--batch", "4", "--threads", "1",
+                 "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "autosched tune: tiny" in out and "distinct tasks" in out
