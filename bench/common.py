@@ -55,6 +55,17 @@ def time_interleaved(*args, **kwargs) -> dict[str, list[float]]:
     return timer(*args, **kwargs)
 
 
+def kernel_call(mod, target, arrays: list, out_specs: list[tuple[tuple[int, ...], str]]):
+    """A tensor program compiled in this process and called the way numpy and PyTorch are: one Python call on
+    prepared arguments (destination-passing: the outputs are preallocated). Returns (call, output tensors)."""
+    from autosched._tvm import cpu_device, tvm
+
+    function = tvm.compile(mod, target=target)["main"]
+    dev = cpu_device()
+    args = [tvm.runtime.tensor(a, dev) for a in arrays] + [tvm.runtime.empty(s, d, dev) for s, d in out_specs]
+    return (lambda: function(*args)), args[len(arrays):]
+
+
 def write_json(name: str, payload: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

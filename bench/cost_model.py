@@ -5,7 +5,7 @@ was not trained on.
 
     python bench/cost_model.py                                # full run (1 thread, ~40-45 min)
     python bench/cost_model.py --workloads matmul --seeds 1 --long 64 --skip-ms   # quick look
-    python bench/cost_model.py --workloads softmax,layer_norm --seeds 3 --all-seeds --name cost_model_seeds
+    python bench/cost_model.py --workloads softmax,layer_norm --seeds 3 --name cost_model_seeds
 
 Prints a table, writes bench/results/cost_model.json and bench/results/cost_model.png (``--name`` renames
 both). The verdicts compare kernels: each method's best kernel (and (a)'s best after 64 trials) is timed
@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, fair_environment, machine_info, write_json  # noqa: E402
-from kernels import MULTI_SEED, SHAPES, measure_mod, run_metaschedule  # noqa: E402
+from kernels import SHAPES, measure_mod, run_metaschedule  # noqa: E402
 
 METHODS = {"a": "no model", "b": "online model", "c": "shipped model", "d": "MetaSchedule"}
 
@@ -244,8 +244,7 @@ def main() -> None:
     p.add_argument("--workloads", default=",".join(SHAPES))
     p.add_argument("--trials", type=int, default=64)
     p.add_argument("--long", type=int, default=256, help="trials of the no-model search")
-    p.add_argument("--seeds", type=int, default=3, help="seeds for matmul and conv2d (others: 1)")
-    p.add_argument("--all-seeds", action="store_true", help="run --seeds seeds for every workload")
+    p.add_argument("--seeds", type=int, default=5, help="runs per workload and method (medians reported)")
     p.add_argument("--name", default="cost_model", help="name of the results files under bench/results")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--skip-ms", action="store_true")
@@ -258,7 +257,7 @@ def main() -> None:
     print(f"machine: {info}; shipped model: {getattr(shipped, 'meta_', {}).get('command')}", flush=True)
     rows = []
     for op in args.workloads.split(","):
-        seeds = list(range(args.seeds)) if op in MULTI_SEED or args.all_seeds else [0]
+        seeds = list(range(args.seeds))
         rows.append(bench_workload(op, seeds, args, shipped))
         write_json(args.name, {"machine": info, "args": vars(args), "rows": rows})
     summary = summarise(rows, args)

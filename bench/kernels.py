@@ -1,11 +1,13 @@
 """Benchmark: every catalog workload, tuned by autosched and by MetaSchedule, next to numpy and PyTorch.
 
-    python bench/kernels.py                       # the full run (1 thread, 64 trials, ~40 min)
+    python bench/kernels.py                       # the full run (1 thread, 64 trials, 5 seeds)
     python bench/kernels.py --workloads matmul --seeds 1 --trials 16 --skip-ms    # a quick look
 
-One process, one thread count for everyone. For each workload: untuned TVM, autosched at N trials,
-MetaSchedule ``tune_tir`` at N trials, numpy, PyTorch (if installed). Tuned kernels are re-measured by the
-same runner (checked against the numpy reference first). Prints a table, writes bench/results/kernels.json.
+One process, one thread count for everyone. For each workload and seed: autosched at N trials and
+MetaSchedule ``tune_tir`` at its default settings and N trials, each tuner's whole wall time (its start-up
+included). Then every tuned kernel (checked against the numpy reference first), the untuned build, numpy and
+PyTorch (if installed) are timed in this process through the same kind of Python call, in interleaved
+rounds; medians over rounds, then over seeds. Prints a table, writes bench/results/kernels.json.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fair_environment, load_now, machine_info, time_callable, write_json  # noqa: E402
+from common import fair_environment, kernel_call, load_now, machine_info, time_interleaved, write_json  # noqa: E402
 
 SHAPES = {
     "matmul": (512, 512, 512),
@@ -32,7 +34,6 @@ SHAPES = {
     "layer_norm": (128, 768),
     "elementwise": (128, 768),
 }
-MULTI_SEED = ("matmul", "conv2d")
 
 
 def torch_fn(op: str, inputs, shape):
@@ -63,7 +64,8 @@ def torch_fn(op: str, inputs, shape):
 
 
 def measure_mod(session, task, mod, repeat: int = 5) -> float:
-    """Build and time a scheduled module through autosched's runner (reference-checked)."""
+    """Build and time a scheduled module through autosched's runner (reference-checked): the runner's view,
+    used where kernels of one tuner are compared with each other (bench/cost_model.py)."""
     from autosched._tvm import save_json
     from autosched.records import Candidate
 
@@ -113,6 +115,9 @@ def measurement_order(work_dir: str) -> list[float]:
 
 
 def bench_workload(op: str, seeds: list[int], args) -> dict:
+    """Tune ``op`` with every seed (each tuner's whole wall time, its start-up included), then time every
+    tuned kernel, the untuned build, numpy and PyTorch in this process through the same kind of Python call,
+    interleaved rounds, medians; a tuned kernel is checked against the numpy reference before it is timed."""
     import numpy as np
 
     from autosched.apply import schedule_from_record
@@ -129,30 +134,29 @@ def bench_workload(op: str, seeds: list[int], args) -> dict:
     full = get_workload(op).normalise(shape)
     row: dict = {"workload": op, "shape": list(shape), "flops": task.flops, "seeds": seeds, "runs": []}
     cfg = TuneConfig(n_trials=args.trials, n_threads=args.threads)
-    with TuningSession(cfg, task.target_json) as session:
-        row["untuned_s"] = session.measure_unscheduled(task).latency_s
-        inputs = task.random_inputs(0)
-        row["numpy_s"] = time_callable(lambda: task.reference(inputs))
-        fn = torch_fn(op, inputs, full)
-        row["torch_s"] = time_callable(fn) if fn else None
-        for seed in seeds:
-            run: dict = {"seed": seed, "load_before": load_now()}
-            db = MemoryDatabase()
-            session.config = cfg.replace(seed=seed)
-            result = session.tune(task, db)
-            run["autosched_tune_s"] = result.elapsed_s
-            run["autosched_trials"] = result.n_new
-            run["autosched_status_counts"] = {k.value: v for k, v in result.status_counts.items() if v}
-            run["autosched_during_tuning_s"] = result.best_latency_s
-            run["autosched_s"] = measure_mod(session, task, schedule_from_record(task.mod, result.best).mod)
-            if not args.skip_ms:
-                ms_mod, wall, n = run_metaschedule(task, args.trials, seed)
-                run.update(ms_tune_s=wall, ms_trials=n, ms_s=measure_mod(session, task, ms_mod) if ms_mod else None)
-            run["load_after"] = load_now()
-            row["runs"].append(run)
-            print(f"  {op} seed {seed}: autosched {task.flops / run['autosched_s'] / 1e9:.1f} GFLOPS "
-                  f"in {run['autosched_tune_s']:.0f}s" + (f", MetaSchedule {task.flops / run['ms_s'] / 1e9:.1f} "
-                  f"GFLOPS in {run['ms_tune_s']:.0f}s" if run.get("ms_s") else ""), flush=True)
+    kernels = {"untuned": task.mod}
+    for seed in seeds:
+        run: dict = {"seed": seed, "load_before": load_now()}
+        start = time.perf_counter()
+        with TuningSession(cfg.replace(seed=seed), task.target_json) as session:
+            result = session.tune(task, MemoryDatabase())
+        run["autosched_tune_s"] = time.perf_counter() - start
+        run["autosched_trials"] = result.n_new
+        run["autosched_status_counts"] = {k.value: v for k, v in result.status_counts.items() if v}
+        run["autosched_during_tuning_s"] = result.best_latency_s
+        kernels[f"autosched/{seed}"] = schedule_from_record(task.mod, result.best).mod
+        if not args.skip_ms:
+            kernels[f"ms/{seed}"], run["ms_tune_s"], run["ms_trials"] = run_metaschedule(task, args.trials, seed)
+        run["load_after"] = load_now()
+        row["runs"].append(run)
+        print(f"  {op} seed {seed}: autosched {run['autosched_tune_s']:.0f} s"
+              + (f", MetaSchedule {run['ms_tune_s']:.0f} s" if "ms_tune_s" in run else ""), flush=True)
+    times = time_side_by_side(task, kernels, torch_fn(op, task.random_inputs(0), full), args.repeat)
+    for run in row["runs"]:
+        for who in ("autosched", "ms"):
+            run[f"{who}_s"] = times.get(f"{who}/{run['seed']}")
+    for key in ("untuned", "numpy", "torch"):
+        row[f"{key}_s"] = times.get(key)
     med = lambda key: statistics.median([r[key] for r in row["runs"] if r.get(key)]) if any(
         r.get(key) for r in row["runs"]) else None
     for key in ("autosched_s", "ms_s", "autosched_tune_s", "ms_tune_s"):
@@ -163,6 +167,38 @@ def bench_workload(op: str, seeds: list[int], args) -> dict:
         row["ms_s_per_trial"] = statistics.median(r["ms_tune_s"] / r["ms_trials"] for r in row["runs"])
     np.testing.assert_(row["autosched_s"] > 0)
     return row
+
+
+def time_side_by_side(task, kernels: dict, torch_call, repeat: int) -> dict[str, float]:
+    """Median seconds per call of every kernel (compiled here; wrong ones left out, with a line), numpy's
+    reference and PyTorch, in interleaved rounds."""
+    import numpy as np
+
+    from autosched.measure.worker import _compare
+
+    inputs = task.random_inputs(0)
+    want = task.reference(inputs)
+    out_specs = task.arg_specs()[-task.n_outputs:]
+    calls = {}
+    for name, mod in kernels.items():
+        if mod is None:
+            continue
+        call, outs = kernel_call(mod, task.target, inputs, out_specs)
+        call()
+        errors = [_compare(o.numpy(), w, 1e-3, 1e-4) for o, w in zip(outs, want, strict=True)]
+        if any(errors):
+            print(f"  {name}: wrong result ({errors}), not timed", flush=True)
+            continue
+        calls[name] = call
+    calls["numpy"] = lambda: task.reference(inputs)
+    if torch_call is not None:
+        got = np.asarray(torch_call())
+        if np.allclose(got, want[0], rtol=1e-3, atol=1e-3 * np.abs(want[0]).max()):
+            calls["torch"] = torch_call
+        else:
+            print(f"  torch: computes something else than the reference (max|err| "
+                  f"{np.abs(got - want[0]).max():.3g}), not timed", flush=True)
+    return {k: statistics.median(v) for k, v in time_interleaved(calls, repeat, min_round_s=0.05).items()}
 
 
 def gflops(row, key):
@@ -214,7 +250,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workloads", default=",".join(SHAPES))
     p.add_argument("--trials", type=int, default=64)
-    p.add_argument("--seeds", type=int, default=3, help="seeds for matmul and conv2d (others: 1)")
+    p.add_argument("--seeds", type=int, default=5, help="tuning runs per workload and tuner (medians reported)")
+    p.add_argument("--repeat", type=int, default=7, help="interleaved timing rounds of the tuned kernels")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--skip-ms", action="store_true", help="leave MetaSchedule out (quick runs)")
     p.add_argument("--out", default="kernels")
@@ -235,7 +272,7 @@ def main() -> None:
     rows = []
     with threadpool_limits(args.threads):
         for op in args.workloads.split(","):
-            seeds = list(range(args.seeds)) if op in MULTI_SEED else [0]
+            seeds = list(range(args.seeds))
             rows.append(bench_workload(op, seeds, args))
             write_json(args.out, {"machine": info, "args": vars(args), "rows": rows})
         summary = print_table(rows, args)
