@@ -20,6 +20,7 @@ from autosched._tvm import IRModule, PrimFunc, Target, estimate_flops, relax, tv
 from autosched.errors import GraphError
 from autosched.models.constant_folding import fold_simple_constants
 from autosched.models.op_fixes import fix_operator_patterns
+from autosched.models.reshape_sinking import sink_reshapes
 from autosched.tasks import Task, primfunc_task
 
 log = logging.getLogger("autosched.graph")
@@ -65,6 +66,7 @@ GRAPH_PASSES: list[GraphPass] = [
     GraphPass("fold permutes and arithmetic of constants (numpy)", lambda: fold_simple_constants),
     GraphPass("fold constants", T.FoldConstant),
     GraphPass("eliminate dead code", T.DeadCodeElimination),
+    GraphPass("move reshapes below matmuls and elementwise ops (epilogues fuse)", lambda: sink_reshapes),
     GraphPass("convolutions to NHWC layout", _nhwc_convolutions),  # after DCE: it segfaults on unused BN outputs
     GraphPass("permute weights to OHWI (numpy)", lambda: fold_simple_constants),
     GraphPass("fold constants (weights to OHWI)", T.FoldConstant),

@@ -55,6 +55,25 @@ def redundant(d=16):
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, d])], inits), inits
 
 
+def ffn_block(seq=8, d=16, hidden=32):
+    """A transformer FFN as PyTorch's ONNX exporter writes it for a 3-D input: Reshape to 2-D, MatMul, bias
+    Add, Reshape back, GELU (Div, Erf, Add, Mul, Mul), Reshape, MatMul, Add, Reshape back, residual Add."""
+    inits = {"W1": _f32(d, hidden), "b1": _f32(hidden), "W2": _f32(hidden, d), "b2": _f32(d),
+             "s2d": np.array([seq, d], np.int64), "s3d": np.array([1, seq, hidden], np.int64),
+             "h2d": np.array([seq, hidden], np.int64), "o3d": np.array([1, seq, d], np.int64),
+             "sqrt2": np.array(2 ** 0.5, np.float32), "one": np.array(1.0, np.float32),
+             "half": np.array(0.5, np.float32)}
+    nodes = [helper.make_node("Reshape", ["x", "s2d"], ["x2"]), helper.make_node("MatMul", ["x2", "W1"], ["m1"]),
+             helper.make_node("Add", ["m1", "b1"], ["a1"]), helper.make_node("Reshape", ["a1", "s3d"], ["h"]),
+             helper.make_node("Div", ["h", "sqrt2"], ["g0"]), helper.make_node("Erf", ["g0"], ["g1"]),
+             helper.make_node("Add", ["g1", "one"], ["g2"]), helper.make_node("Mul", ["h", "g2"], ["g3"]),
+             helper.make_node("Mul", ["g3", "half"], ["g"]), helper.make_node("Reshape", ["g", "h2d"], ["g2d"]),
+             helper.make_node("MatMul", ["g2d", "W2"], ["m2"]), helper.make_node("Add", ["m2", "b2"], ["a2"]),
+             helper.make_node("Reshape", ["a2", "o3d"], ["o"]), helper.make_node("Add", ["o", "x"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, d])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, d])], inits)
+
+
 def unsupported():
     nodes = [helper.make_node("Celu", ["x"], ["y"], alpha=1.0)]
     return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
