@@ -120,6 +120,28 @@ def cpu_device() -> Any:
     return tvm.cpu(0)
 
 
+BufferLoad = tvm.ir.TensorLoad  # a buffer load expression (tirx.BufferLoad before TVM 0.27)
+
+
+def expr_dtype(expr: Any) -> str:
+    """The dtype of a TIR expression, e.g. "float32" (TVM 0.27: ``expr.ty``; ``expr.dtype`` before)."""
+    return str(getattr(expr, "ty", ""))
+
+
+def script_namespace() -> dict[str, Any]:
+    """The names TVMScript text is parsed with (``T``, ``I``, ...): replace one to change what it builds."""
+    from tvm.script.parser.core.entry import _default_globals
+
+    return _default_globals()
+
+
+def parse_script(text: str, namespace: dict[str, Any]) -> Any:
+    """TVMScript text (``mod.script()``) back to an IRModule, with the names in ``namespace``."""
+    from tvm.script.parser.core.entry import parse
+
+    return parse(text, extra_vars=namespace)
+
+
 def mutate_graph_functions(mod: IRModule, mutator: Any, changed: Callable[[], bool]) -> IRModule:
     """Run a ``relax.PyExprMutator`` built on ``mod`` over its Relax functions; ``mod`` itself if nothing
     ``changed()``."""
@@ -130,9 +152,9 @@ def mutate_graph_functions(mod: IRModule, mutator: Any, changed: Callable[[], bo
 
 
 __all__ = [
-    "IRModule", "PrimFunc", "PopenPoolExecutor", "SAMPLE_KINDS", "Schedule", "ScheduleError", "TVM_VERSION",
-    "Target", "Trace", "arg_specs", "as_python", "cpu_device", "estimate_flops", "host_cpu",
-    "install_fast_inspect", "load_json", "ms", "mutate_graph_functions", "num_threads", "relax", "s_tir",
-    "save_json", "set_num_threads",
+    "BufferLoad", "IRModule", "PrimFunc", "PopenPoolExecutor", "SAMPLE_KINDS", "Schedule", "ScheduleError",
+    "TVM_VERSION", "Target", "Trace", "arg_specs", "as_python", "cpu_device", "estimate_flops", "expr_dtype",
+    "host_cpu", "install_fast_inspect", "load_json", "ms", "mutate_graph_functions", "num_threads", "parse_script",
+    "relax", "s_tir", "save_json", "script_namespace", "set_num_threads",
     "structural_equal", "structural_hash", "te", "tirx", "topi", "tvm", "tvm_ffi",
 ]

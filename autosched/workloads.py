@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import special
 
 from autosched._tvm import IRModule, te, tirx, topi
 from autosched.errors import UnknownNameError, UserInputError
@@ -118,6 +119,33 @@ def _elementwise(*shape):
     return [x, bias, out]
 
 
+def _gelu(*shape):
+    """GELU, erf form (PyTorch's default, Relax's nn.gelu): 0.5 x (1 + erf(x / sqrt 2))."""
+    x = _ph(shape, "X")
+    return [x, te.compute(shape, lambda *i: x(*i) * (0.5 + te.erf(x(*i) * _SQRT1_2) * 0.5), name="gelu")]
+
+
+def _gelu_tanh_of(v):
+    """GELU, tanh form (GPT-2's NewGELU as exported to ONNX: the cube is a Pow)."""
+    inner = _SQRT2_PI * (v + 0.044715 * te.power(v, tirx.const(3.0, "float32")))
+    return 0.5 * v * (1.0 + te.tanh(inner))
+
+
+def _gelu_tanh(*shape):
+    x = _ph(shape, "X")
+    return [x, te.compute(shape, lambda *i: _gelu_tanh_of(x(*i)), name="gelu_tanh")]
+
+
+def _bias_gelu(*shape):
+    """bias add -> GELU (tanh form): a transformer MLP's first activation."""
+    x, bias = _ph(shape, "X"), _ph((shape[-1],), "bias")
+    add = te.compute(shape, lambda *i: x(*i) + bias[i[-1]], name="bias_add")
+    return [x, bias, te.compute(shape, lambda *i: _gelu_tanh_of(add(*i)), name="gelu_tanh")]
+
+
+_SQRT1_2, _SQRT2_PI = 0.7071067811865476, 0.7978845608028654
+
+
 # --- numpy references -------------------------------------------------------------------------------------------
 
 
@@ -145,6 +173,16 @@ def _layer_norm_ref(x, gamma, beta):
 def _elementwise_ref(x, bias):
     a = x + bias
     return a / (1 + np.exp(-1.702 * a)) * 0.5
+
+
+def _gelu_ref(x):
+    x = x.astype(np.float64)
+    return 0.5 * x * (1 + special.erf(x * _SQRT1_2))
+
+
+def _gelu_tanh_ref(x):
+    x = x.astype(np.float64)
+    return 0.5 * x * (1 + np.tanh(_SQRT2_PI * (x + 0.044715 * x**3)))
 
 
 def _conv_out(h, r, stride, pad):
@@ -183,13 +221,20 @@ CATALOG: dict[str, Workload] = {
                  help="layer norm over the last axis, with gamma and beta"),
         Workload("elementwise", ("D0", "D1", "D2", "D3"), 1, _elementwise, _elementwise_ref,
                  lambda *s: 7.0 * float(np.prod(s)), help="bias add -> x*sigmoid(1.702x) -> *0.5, any rank"),
+        Workload("gelu", ("D0", "D1", "D2", "D3"), 1, _gelu, _gelu_ref, lambda *s: 5.0 * float(np.prod(s)),
+                 help="0.5 x (1 + erf(x/sqrt2)), any rank"),
+        Workload("gelu_tanh", ("D0", "D1", "D2", "D3"), 1, _gelu_tanh, _gelu_tanh_ref,
+                 lambda *s: 9.0 * float(np.prod(s)), help="0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), any rank"),
+        Workload("bias_gelu", ("D0", "D1", "D2", "D3"), 1, _bias_gelu, lambda x, b: _gelu_tanh_ref(x + b),
+                 lambda *s: 10.0 * float(np.prod(s)), help="bias add -> GELU (tanh form), any rank"),
     ]
 }
 
 EXAMPLES = {
     "matmul": "512,512,512", "batch_matmul": "16,128,128,64", "dense": "128,768,768",
     "conv2d": "1,64,56,56,64,3,3", "depthwise_conv2d": "1,128,56,56,3,3", "softmax": "128,768",
-    "layer_norm": "128,768", "elementwise": "128,768",
+    "layer_norm": "128,768", "elementwise": "128,768", "gelu": "128,3072", "gelu_tanh": "128,3072",
+    "bias_gelu": "128,3072",
 }
 
 

@@ -10,6 +10,7 @@ from autosched.workloads import CATALOG, get_workload, parse_shape, reference_ou
 SMALL = {
     "matmul": (16, 24, 8), "batch_matmul": (2, 8, 8, 4), "dense": (4, 16, 8), "conv2d": (1, 4, 8, 8, 8, 3, 3),
     "depthwise_conv2d": (1, 4, 8, 8, 3, 3, 2, 1), "softmax": (4, 32), "layer_norm": (4, 32), "elementwise": (3, 4, 8),
+    "gelu": (3, 40), "gelu_tanh": (3, 40), "bias_gelu": (3, 40),
 }
 
 

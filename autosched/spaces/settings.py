@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autosched._tvm import Target, ms
+from autosched._tvm import IRModule, Target, ms
 from autosched.errors import IncompatibleArtefactError, UserInputError
 from autosched.paths import data_dir
+from autosched.spaces import fast_math
 
 SUPPORTED_ENCODINGS = {
     "tile": {"divisor_index"},
@@ -29,6 +30,12 @@ class SpaceSettings:
     knobs: dict[str, str]
     limits: dict[str, int] = field(default_factory=dict)
     checks: dict[str, int] = field(default_factory=dict)
+    fast_math: tuple[str, ...] = ()  # float32 calls rewritten as vectorisable arithmetic (spaces/fast_math.py)
+    fuse_epilogues: bool = False  # keep only the designs that fuse the most epilogues into their producer
+
+    def prepare(self, mod: IRModule) -> IRModule:
+        """The PrimFunc the space schedules: ``mod`` with the ``fast_math`` rewrite (itself if there is none)."""
+        return fast_math.rewrite(mod, self.fast_math) if self.fast_math else mod
 
     def schedule_rules(self) -> Any:
         if self.rules == "from-target":
@@ -83,6 +90,8 @@ def load_settings(path: Path) -> SpaceSettings:
         knobs=knobs,
         limits=dict(raw.get("limits", {})),
         checks=_checks(path, raw.get("checks", {})),
+        fast_math=_fast_math(path, raw.get("fast_math", {})),
+        fuse_epilogues=bool(raw.get("designs", {}).get("fuse_epilogues", False)),
     )
 
 
@@ -96,6 +105,16 @@ def _checks(path: Path, table: dict[str, Any]) -> dict[str, int]:
             f"{path.name}: unknown checks {unknown}; this autosched knows {sorted(KNOWN_CHECKS)}"
         )
     return {k: int(v) for k, v in table.items()}
+
+
+def _fast_math(path: Path, table: dict[str, Any]) -> tuple[str, ...]:
+    ops = tuple(table.get("ops", ()))
+    unknown = sorted(set(ops) - set(fast_math.FAST_OPS))
+    if unknown:
+        raise IncompatibleArtefactError(
+            f"{path.name}: fast_math ops {unknown} are unknown; this autosched knows {sorted(fast_math.FAST_OPS)}"
+        )
+    return ops
 
 
 def settings_for(target: Target, folder: Path | None = None) -> SpaceSettings:

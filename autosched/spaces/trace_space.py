@@ -46,6 +46,14 @@ def decode_tile(extent: int, n_levels: int, max_innermost: int, indices: list[in
     return (left, *reversed(factors))
 
 
+def most_fused(designs: list[Trace]) -> list[Trace]:
+    """The designs with the most epilogues fused (``ReverseComputeAt``: the bias, activation and residual after a
+    matmul or conv computed tile by tile in its loop nest, right after the store, instead of in a second pass
+    over the output)."""
+    fused = [sum(inst.kind.name == "ReverseComputeAt" for inst in d.insts) for d in designs]
+    return [d for d, n in zip(designs, fused, strict=True) if n == max(fused, default=0)]
+
+
 @dataclass
 class _Knob:
     name: str
@@ -59,9 +67,10 @@ class _Knob:
 
 class TraceSearchSpace(SearchSpace):
     def __init__(self, mod: IRModule, target: Target, settings: SpaceSettings, seed: int = 0):
-        self.mod, self.target, self.settings, self.version = mod, target, settings, settings.version
+        self.target, self.settings, self.version = target, settings, settings.version
+        self.mod = settings.prepare(mod)  # what is scheduled (records replay on the same: apply.py)
         ctx = ms.TuneContext(
-            mod=mod,
+            mod=self.mod,
             target=target,
             space_generator=ms.space_generator.PostOrderApply(
                 sch_rules=settings.schedule_rules(), postprocs=settings.make_postprocs(), mutator_probs={}
@@ -73,6 +82,8 @@ class TraceSearchSpace(SearchSpace):
         self.context = ctx  # also what the feature extractor needs
         self._postprocs = list(ctx.space_generator.postprocs)
         self.designs: list[Trace] = [s.trace for s in ctx.generate_design_space()]
+        if settings.fuse_epilogues:
+            self.designs = most_fused(self.designs)
         self._knobs = [self._design_knobs(d, trace) for d, trace in enumerate(self.designs)]
 
     # --- knobs ---------------------------------------------------------------------------------------------
