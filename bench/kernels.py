@@ -33,6 +33,9 @@ SHAPES = {
     "softmax": (128, 768),
     "layer_norm": (128, 768),
     "elementwise": (128, 768),
+    "gelu": (128, 3072),
+    "gelu_tanh": (128, 3072),
+    "bias_gelu": (128, 3072),
 }
 
 
@@ -54,6 +57,9 @@ def torch_fn(op: str, inputs, shape):
         "softmax": lambda: torch.softmax(t[0], -1),
         "layer_norm": lambda: F.layer_norm(t[0], (full[1],), t[1], t[2], 1e-5),
         "elementwise": lambda: F.silu((t[0] + t[1]) * 1.702) / 1.702 * 0.5,
+        "gelu": lambda: F.gelu(t[0]),
+        "gelu_tanh": lambda: F.gelu(t[0], approximate="tanh"),
+        "bias_gelu": lambda: F.gelu(t[0] + t[1], approximate="tanh"),
     }
 
     def run():
