@@ -47,11 +47,23 @@ def decode_tile(extent: int, n_levels: int, max_innermost: int, indices: list[in
 
 
 def most_fused(designs: list[Trace]) -> list[Trace]:
-    """The designs with the most epilogues fused (``ReverseComputeAt``: the bias, activation and residual after a
-    matmul or conv computed tile by tile in its loop nest, right after the store, instead of in a second pass
-    over the output)."""
-    fused = [sum(inst.kind.name == "ReverseComputeAt" for inst in d.insts) for d in designs]
-    return [d for d, n in zip(designs, fused, strict=True) if n == max(fused, default=0)]
+    """The designs with the most epilogues fused: a consumer block moved into its producer's loop nest
+    (``ReverseComputeAt`` of a block that is not the producer's own write cache), so the bias, activation and
+    residual after a matmul or conv are computed tile by tile right after the store instead of in a second
+    pass over its output. A function without an epilogue keeps all its designs."""
+    counts = [_fused_epilogues(d) for d in designs]
+    return [d for d, n in zip(designs, counts, strict=True) if n == max(counts, default=0)]
+
+
+def _fused_epilogues(design: Trace) -> int:
+    made_by: dict[Any, str] = {}
+    n = 0
+    for inst in design.insts:
+        if inst.kind.name == "ReverseComputeAt" and made_by.get(inst.inputs[0]) != "CacheWrite":
+            n += 1
+        for out in inst.outputs:
+            made_by[out] = inst.kind.name
+    return n
 
 
 @dataclass

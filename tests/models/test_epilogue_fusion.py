@@ -63,15 +63,17 @@ def _apply_random(space, design: int, rng: random.Random):
 
 def test_designs_without_a_fused_epilogue_are_dropped_only_where_a_fused_one_exists():
     class Inst:
-        def __init__(self, name):
+        def __init__(self, name, inputs=(), outputs=()):
             self.kind = type("Kind", (), {"name": name})
+            self.inputs, self.outputs = list(inputs), list(outputs)
 
     class Design:
-        def __init__(self, *names):
-            self.insts = [Inst(n) for n in names]
+        def __init__(self, *insts):
+            self.insts = list(insts)
 
-    plain, fused, twice = Design("Split"), Design("Split", "ReverseComputeAt"), Design("ReverseComputeAt")
-    twice.insts.append(Inst("ReverseComputeAt"))
-    assert most_fused([plain, fused, twice]) == [twice]
-    assert most_fused([plain, fused]) == [fused]
+    plain = Design(Inst("Split"))
+    fused = Design(Inst("GetConsumers", outputs=["c"]), Inst("ReverseComputeAt", inputs=["c"]))
+    cached = Design(Inst("CacheWrite", outputs=["w"]), Inst("ReverseComputeAt", inputs=["w"]))  # not an epilogue
+    assert most_fused([plain, fused, cached]) == [fused]
+    assert most_fused([plain, cached]) == [plain, cached]
     assert most_fused([plain]) == [plain]
