@@ -14,6 +14,9 @@ EXAMPLES = {  # script -> (tiny-budget arguments, what its output must say)
     "onnx_model/tune_onnx.py": (["--model", "tiny_cnn", "--trials", "3"], "matches ONNX Runtime"),
     "pytorch_model/tune_pytorch.py": (["--model", "tiny_mlp", "--trials", "3"], "matches PyTorch"),
     "relax_module/tune_relax.py": (["--batch", "2", "--trials", "3"], "matches numpy"),
+    # one per model family: a small model, one trial per task at most, a few seconds of tuning
+    **{f"{family}/tune_{family}.py": (["--small", "--trials", "1", "--time", "5s"], "outputs match")
+       for family in ("mlp", "resnet", "mobilenet", "bert", "gpt", "vit", "lstm")},
 }
 
 
@@ -27,6 +30,8 @@ def test_example_runs(script, tmp_path):
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert expected in proc.stdout
+    if "gpt" in script:
+        assert "generated" in proc.stdout and "each PyTorch's choice" in proc.stdout
 
 
 def test_every_example_is_tested():

@@ -253,6 +253,8 @@ def extract_tasks(fused: IRModule, target: Target, space_version: int) -> list[T
             by_key[task.key].weight += group.weight
         else:
             by_key[task.key] = task
+    for task in by_key.values():
+        task.info["weight"] = task.weight  # stored with the task: reports weigh the end-to-end estimate by it
     return list(by_key.values())
 
 
