@@ -2,6 +2,7 @@
 
     python bench/models.py                                  # mlp, bert, resnet18; 64 trials per task
     python bench/models.py --models mlp,bert --trials 8     # a quick look
+    python bench/models.py --models gpt2-2x256 --out models_gpt2   # Hugging Face GPT-2, 2 layers, width 256
     python bench/models.py --models corpus:gpt2,corpus:vit_b_16 --time 5m   # corpus models, a time budget each
 
 Each model is built in code with random weights (autosched.models.zoo, or autosched.models.corpus for
@@ -35,10 +36,31 @@ MODELS = ("mlp", "bert", "resnet18")
 MAX_ERROR = 1e-3
 
 
+def _gpt2_small_lm():
+    """A Hugging Face GPT-2 of 2 layers, width 256, 64 tokens (the full vocabulary), random weights."""
+    from autosched.models import corpus
+
+    torch, tf = corpus.import_library("torch"), corpus.import_library("transformers")
+    torch.manual_seed(0)
+    config = tf.GPT2Config(n_layer=2, n_embd=256, n_head=4, n_positions=64, use_cache=False)
+    return tf.GPT2LMHeadModel(config).eval(), (torch.randint(0, config.vocab_size, (1, 64)),)
+
+
 def _build(name: str, work: Path):
-    """(torch module, torch inputs, ONNX path) of a zoo model or ``corpus:NAME``."""
+    """(torch module, torch inputs, ONNX path) of a zoo model, ``corpus:NAME`` or ``gpt2-2x256``."""
     from autosched.models import corpus, zoo
 
+    if name == "gpt2-2x256":
+        module, inputs = _gpt2_small_lm()
+        import warnings
+
+        import torch
+
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, inputs, str(work / "gpt2.onnx"), dynamo=False, input_names=["input_ids"],
+                              output_names=["logits"], opset_version=17)
+        return module, inputs, work / "gpt2.onnx"
     if name.startswith("corpus:"):
         spec = name.removeprefix("corpus:")
         module, inputs = corpus.build_module(spec, "full")
