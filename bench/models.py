@@ -58,8 +58,8 @@ def _build(name: str, work: Path):
 
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(module, inputs, str(work / "gpt2.onnx"), dynamo=False, input_names=["input_ids"],
-                              output_names=["logits"], opset_version=17)
+            torch.onnx.export(module, inputs, str(work / "gpt2.onnx"), dynamo=True, input_names=["input_ids"],
+                              output_names=["logits"], opset_version=18, verbose=False, optimize=True, report=False)
         return module, inputs, work / "gpt2.onnx"
     if name.startswith("corpus:"):
         spec = name.removeprefix("corpus:")
