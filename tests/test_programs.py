@@ -11,6 +11,7 @@ from autosched.config import TuneConfig
 from autosched.errors import UserInputError
 from autosched.programs import compile_program, load_program, program_task
 from autosched.tasks import make_target
+from autosched.testing.modules import relax_linear
 
 TINY = TuneConfig(n_trials=4, batch_size=4, n_threads=1, min_repeat_ms=1, seed=0)
 
@@ -250,29 +251,10 @@ def test_tune_a_tvmscript_primfunc(program_file, target, tmp_path):
     assert isinstance(autosched.best_module(db, result.task.key), IRModule)
 
 
-def _relax_module():
-    from tvm.relax.frontend import nn
-
-    from autosched._tvm import relax
-
-    class Tiny(nn.Module):
-        def __init__(self):
-            self.fc = nn.Linear(16, 8)
-
-        def forward(self, x):
-            return nn.relu(self.fc(x))
-
-    mod, params = Tiny().export_tvm(spec={"forward": {"x": nn.spec.Tensor((2, 16), "float32")}})
-    rng = np.random.default_rng(0)
-    weights = {k: tvm.runtime.tensor(rng.standard_normal([int(d) for d in p.shape]).astype("float32") * 0.1)
-               for k, p in params}
-    return relax.transform.BindParams("forward", weights)(mod)
-
-
 @pytest.mark.slow
 def test_tune_a_relax_module_as_a_model(target, tmp_path):
     db = str(tmp_path / "relax.db")
-    mod = _relax_module()
+    mod = relax_linear()
     result = autosched.tune(mod, target, db=db, config=TINY, name="tiny")
     assert result.n_tasks >= 1 and len(result.states) == result.n_tasks
     compiled = compile_program(mod, db, target)

@@ -10,38 +10,33 @@ import torch
 from torch import nn
 
 
-class BasicBlock(nn.Module):
+def conv_bn(cin: int, cout: int, kernel: int, stride: int = 1) -> list[nn.Module]:
+    return [nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False), nn.BatchNorm2d(cout)]
+
+
+class Residual(nn.Module):
+    """Two 3x3 convolutions with a shortcut (a 1x1 projection where the shape changes), then ReLU."""
+
     def __init__(self, cin: int, cout: int, stride: int):
         super().__init__()
-        self.conv1, self.bn1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
-        self.conv2, self.bn2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
-        self.down = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-                     if stride != 1 or cin != cout else nn.Identity())
+        self.body = nn.Sequential(*conv_bn(cin, cout, 3, stride), nn.ReLU(), *conv_bn(cout, cout, 3))
+        self.shortcut = nn.Sequential(*conv_bn(cin, cout, 1, stride)) if stride > 1 or cin != cout else nn.Identity()
 
     def forward(self, x):
-        y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
-        return torch.relu(y + self.down(x))
+        return torch.relu(self.body(x) + self.shortcut(x))
 
 
-class ResNet(nn.Module):
-    def __init__(self, widths=(64, 128, 256, 512), blocks=2, n_classes=1000):
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 7, 2, 3, bias=False), nn.BatchNorm2d(widths[0]),
-                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
-        layers, cin = [], widths[0]
-        for i, cout in enumerate(widths):
-            for b in range(blocks):
-                layers.append(BasicBlock(cin, cout, 2 if b == 0 and i > 0 else 1))
-                cin = cout
-        self.layers = nn.Sequential(*layers)
-        self.head = nn.Linear(cin, n_classes)
-
-    def forward(self, x):
-        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(self.layers(self.stem(x)), 1), 1))
+def resnet(widths=(64, 128, 256, 512), depth=2, n_classes=1000) -> nn.Sequential:
+    """ResNet-18 with the defaults: a 7x7 stem, four stages of ``depth`` residual blocks, pooling, a classifier."""
+    layers = [*conv_bn(3, widths[0], 7, 2), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    for stage, width in enumerate(widths):
+        cin = widths[max(stage - 1, 0)]
+        layers += [Residual(cin if i == 0 else width, width, 2 if i == 0 and stage > 0 else 1) for i in range(depth)]
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(widths[-1], n_classes))
 
 
 def build(small: bool):
-    model = ResNet((16, 32), 1, 10) if small else ResNet()
+    model = resnet((16, 32), 1, 10) if small else resnet()
     for m in model.modules():  # random batch-norm statistics, as a trained model has
         if isinstance(m, nn.BatchNorm2d):
             nn.init.uniform_(m.running_var, 0.5, 1.5)

@@ -10,6 +10,8 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 RNG = np.random.default_rng(0)
 
+from autosched.testing.modules import relax_linear  # noqa: E402,F401  (shared with tests/test_programs.py)
+
 
 def _model(nodes, inputs, outputs, inits, opset=17):
     graph = helper.make_graph(nodes, "test", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
@@ -78,24 +80,6 @@ def unsupported():
     nodes = [helper.make_node("Celu", ["x"], ["y"], alpha=1.0)]
     return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], {})
-
-
-def relax_linear():
-    """A Relax module from relax.frontend.nn (entry "forward"): relu(x @ W^T + b), weights bound as constants."""
-    from tvm.relax.frontend import nn
-
-    from autosched._tvm import relax, tvm
-
-    class Tiny(nn.Module):
-        def __init__(self):
-            self.fc = nn.Linear(16, 8)
-
-        def forward(self, x):
-            return nn.relu(self.fc(x))
-
-    mod, params = Tiny().export_tvm(spec={"forward": {"x": nn.spec.Tensor((2, 16), "float32")}})
-    weights = {k: tvm.runtime.tensor(_f32(*[int(d) for d in p.shape])) for k, p in params}
-    return relax.transform.BindParams("forward", weights)(mod)
 
 
 @pytest.fixture()
