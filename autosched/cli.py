@@ -1,4 +1,4 @@
-"""Command line: ``autosched tune | show | export | import``. The CLI owns all output."""
+"""Command line: ``autosched tune | show | report | export | import``. The CLI owns all output."""
 
 from __future__ import annotations
 
@@ -85,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_commands(sub)
     p = sub.add_parser("show", help="best record per task in a database")
     p.add_argument("--db", required=True)
+    p = sub.add_parser("report", help="tuning report of a database: one self-contained HTML file (plots embedded) "
+                                      "or JSON")
+    p.add_argument("--db", required=True, help="tuning database (SQLite path or SQLAlchemy URL)")
+    p.add_argument("-o", "--output", required=True, help="file to write (report.html, or report.json)")
+    p.add_argument("--format", choices=("html", "json"),
+                   help="html (plots need matplotlib: autosched[report]) or json; default: json for a .json "
+                        "output, else html")
     p = sub.add_parser("train-cost-model", help="train a cross-task XGBoost cost model from tuning databases")
     p.add_argument("--db", action="append", required=True, help="a tuning database (repeat for several)")
     p.add_argument("-o", "--output", required=True, help="folder to write (model.json + meta.json)")
@@ -109,20 +116,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.argv = argv  # recorded by commands that write artefacts (the command that rebuilds them)
         return _run_quietly(args, err)
     except UserInputError as e:
-        err.print(f"autosched: error: {e}", style="red", highlight=False, soft_wrap=True)
+        err.print(f"autosched: error: {_one_line(e)}", style="red", highlight=False, soft_wrap=True, markup=False)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         err.print("autosched: interrupted; every fully measured candidate is in the database")
         return 130
     except AutoschedError as e:
-        err.print(f"autosched: error: {e}", style="red", highlight=False, soft_wrap=True)
+        err.print(f"autosched: error: {_one_line(e)}", style="red", highlight=False, soft_wrap=True, markup=False)
         return 1
     except Exception as e:  # a bug or an unforeseen TVM failure: one line here, the traceback in the log
+        from autosched.db.sql import database_failure
         from autosched.models.graph import failure_reason
 
+        reason = database_failure(e)  # the database failed inside a library (Optuna's storage): disk full, ...
+        if reason:
+            err.print(f"autosched: error: {reason}", style="red", highlight=False, soft_wrap=True, markup=False)
+            return EXIT_USER_ERROR
+
         err.print(f"autosched: internal error: {failure_reason(e)} (traceback in the log file; please report it)",
-                  style="red", highlight=False, soft_wrap=True)
+                  style="red", highlight=False, soft_wrap=True, markup=False)
         return 1
+
+
+def _one_line(e: BaseException) -> str:
+    """The message on one line, whatever the user's input it quotes holds (newlines, carriage returns)."""
+    return " ".join(str(e).splitlines())
 
 
 def _run_quietly(args: argparse.Namespace, err) -> int:

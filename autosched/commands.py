@@ -31,9 +31,16 @@ def _gflops(flops: float, seconds: float) -> str:
 
 def _config(args: argparse.Namespace) -> TuneConfig:
     base = TuneConfig.from_toml(args.config) if getattr(args, "config", None) else TuneConfig()
-    cfg = base.replace(n_trials=args.trials, sampler=args.sampler, seed=args.seed, n_threads=args.threads,
-                       batch_size=args.batch, cost_model=args.cost_model,
-                       transfer=False if args.no_transfer else None, transfer_model=args.transfer_model)
+    try:
+        cfg = base.replace(n_trials=args.trials, sampler=args.sampler, seed=args.seed, n_threads=args.threads,
+                           batch_size=args.batch, cost_model=args.cost_model,
+                           transfer=False if args.no_transfer else None, transfer_model=args.transfer_model)
+    except UserInputError as e:  # name the flag, not the config field, when a flag gave the value
+        flags = (("n_trials", "trials"), ("seed", "seed"), ("n_threads", "threads"), ("batch_size", "batch"))
+        for field, flag in flags:
+            if str(e).startswith(f"config: {field} ") and getattr(args, flag) is not None:
+                raise UserInputError(f"--{flag}{str(e)[len('config: ' + field):]}") from e
+        raise
     for flag, value in (("--trials", cfg.n_trials), ("--batch", cfg.batch_size), ("--threads", cfg.threads)):
         if value < 1:
             raise UserInputError(f"{flag} must be at least 1")
@@ -109,8 +116,10 @@ def _tune_task(args: argparse.Namespace, cfg: TuneConfig, task) -> int:
         load_start_model(cfg.transfer_model, target.kind.name)  # a bad model is refused before the db opens
     db = open_database(args.db)
 
-    from autosched.session import TuningSession
+    from autosched.session import TuningSession, check_tvm_version
     from autosched.tune import Deadline
+
+    check_tvm_version(db, task)  # before a baseline is measured or anything written
 
     deadline = Deadline.after(args.time or 0.0)  # --time alone: no trial limit, the clock decides
     n_trials = cfg.n_trials if args.trials or not args.time else 10**9
@@ -190,6 +199,44 @@ def cmd_show(args: argparse.Namespace) -> int:
     out.print(table)
     db.close()
     return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from autosched.db import open_database
+    from autosched.report import gather
+
+    fmt = args.format or ("json" if args.output.lower().endswith(".json") else "html")
+    if fmt == "html":
+        from autosched.report_html import render_html, require_matplotlib
+
+        require_matplotlib()  # a missing extra is named before anything is read
+    output = Path(args.output)
+    if output.is_dir():
+        raise UserInputError(f"{output} is a directory: give a file path for the report, e.g. report.{fmt}")
+    db = open_database(args.db, create=False)
+    try:
+        report = gather(db, _display_name(args.db))
+    finally:
+        db.close()
+    if not report.tasks:
+        raise UserInputError(f"database {args.db} holds no tasks yet: tune something first")
+    text = render_html(report) if fmt == "html" else report.dumps() + "\n"
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise UserInputError(f"cannot write {output} ({e.strerror}): pick another -o path") from e
+    out.print(f"wrote {output} ({fmt}): {len(report.tasks)} tasks, {report.n_measured} measured candidates")
+    return 0
+
+
+def _display_name(db: str) -> str:
+    """The database as the report names it: a path as given, a URL without its password."""
+    if "://" not in db:
+        return db
+    import sqlalchemy as sa
+
+    return sa.make_url(db).render_as_string(hide_password=True)
 
 
 def cmd_train_cost_model(args: argparse.Namespace) -> int:

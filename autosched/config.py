@@ -44,6 +44,12 @@ class TuneConfig:
     atol: float = 1e-4  # relative to the largest reference value
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # a config file or an API call can give any value: check each
+            value = getattr(self, f.name)
+            if value is None:  # not given: the default
+                object.__setattr__(self, f.name, f.default)
+            else:
+                _check_field(f.name, value, f.default)
         budget, share = self.time_budget_s, self.cheap_share
         if not isinstance(budget, int | float) or not 0 <= budget < math.inf:
             raise UserInputError(f"time_budget_s must be a number of seconds >= 0 (0 = none), got {budget!r}")
@@ -70,6 +76,30 @@ class TuneConfig:
         if unknown:
             raise UserInputError(f"config {path}: unknown keys {unknown}; valid keys: {sorted(names)}")
         return cls(**table)
+
+
+_LOWEST = {"batch_size": 1, "repeat": 1, "pool_factor": 1}  # everything else numeric: >= 0
+_POSITIVE = {"build_timeout_s", "run_timeout_s"}
+_HIGHEST = {"seed": 2**32 - 1, "explore": 1}  # numpy seeds are 32-bit; explore is a share
+
+
+def _check_field(name: str, value: Any, default: Any) -> None:
+    """``value`` has the type of the field's default and lies in the field's range, else one clear line."""
+    kind = type(default)
+    if kind is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    else:
+        ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+    if not ok:
+        raise UserInputError(f"config: {name} must be {_KIND_NAMES[kind]}, got {value!r}")
+    if kind in (int, float):
+        low, high = _LOWEST.get(name, 0), _HIGHEST.get(name, math.inf)
+        if not low <= value <= high or (name in _POSITIVE and value <= 0):
+            where = f"in [{low}, {high}]" if high < math.inf else ("> 0" if name in _POSITIVE else f">= {low}")
+            raise UserInputError(f"config: {name} must be {where}, got {value!r}")
+
+
+_KIND_NAMES = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}
 
 
 def parse_duration(text: str) -> float:

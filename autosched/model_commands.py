@@ -112,7 +112,7 @@ def tune_model_command(args: argparse.Namespace) -> int:
     from autosched.db import open_database
     from autosched.models.graph import extract_tasks, fusion_groups
     from autosched.models.tuning import tune_model_tasks
-    from autosched.session import TuningSession, load_start_model
+    from autosched.session import TuningSession, check_tvm_version, load_start_model
     from autosched.spaces.settings import settings_for
     from autosched.tune import Deadline
 
@@ -125,6 +125,8 @@ def tune_model_command(args: argparse.Namespace) -> int:
     if cfg.cost_model == "xgb" and cfg.transfer:
         load_start_model(cfg.transfer_model, target.kind.name)
     db = open_database(args.db)
+    for task in tasks:
+        check_tvm_version(db, task)  # before anything is measured or written
     n_groups, total = len(fusion_groups(fused)), cfg.n_trials * len(tasks) or None
     budget = [f"{cfg.n_trials} trials per task on average ({total} in all, earlier runs in {args.db} included)"
               ] if total else []

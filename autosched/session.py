@@ -76,6 +76,26 @@ def describe_check(outputs: list[np.ndarray], domain: str) -> str:
     return f"partial: {n_bad} of {n_values} reference outputs are inf or nan"
 
 
+def _release(version: str) -> tuple[str, ...]:
+    return tuple(version.split(".")[:2])  # 0.27.0.post1 -> ("0", "27"): patch releases keep schedules valid
+
+
+def check_tvm_version(db: Database, task: Task) -> None:
+    """Records of this task measured with another TVM release: their schedules may not replay, or time the same,
+    with this one. Refused before anything is written (resuming would mix them with new measurements)."""
+    from collections import Counter
+
+    from autosched._tvm import TVM_VERSION
+    from autosched.errors import IncompatibleArtefactError
+
+    others = Counter(r.tvm_version for r in db.records(task.key) if _release(r.tvm_version) != _release(TVM_VERSION))
+    if others:
+        found = ", ".join(f"{n} with TVM {v}" for v, n in sorted(others.items()))
+        raise IncompatibleArtefactError(
+            f"the database holds records of {task.name} measured {found}; this is TVM {TVM_VERSION}: tune into a new "
+            "--db, or use the TVM that wrote them")
+
+
 class TuningSession:
     """Owns the worker processes and the scratch folder; use as a context manager."""
 
@@ -174,6 +194,10 @@ class TuningSession:
         """Measure until the task has ``n_trials`` (default: the config's) measurements in ``db``, or until
         ``deadline``."""
         cfg = self.config
+        checked = self.__dict__.setdefault("_checked", set())  # (database, task key) pairs already checked
+        if (id(db), task.key) not in checked:  # a model's tasks are tuned in many rounds: check once
+            check_tvm_version(db, task)
+            checked.add((id(db), task.key))
         db.commit_task(TaskRow(task.key, task.name, task.target_json, task.space_version, save_json(task.mod),
                                task.flops, task.info))
         strategy = strategy or self.strategy(task, db)

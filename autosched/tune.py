@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -125,9 +129,28 @@ def _measure(task: Task, strategy: SearchStrategy, builder: Builder, runner: Run
         strategy.abandon(cands)  # nothing half-measured reaches the database or the sampler
         raise
     records = [to_record(task, c, r) for c, r in zip(cands, results, strict=True)]
-    db.commit(records)
-    strategy.tell(cands, results)
+    with _interrupt_deferred():  # a Ctrl-C here would leave records the sampler never heard of
+        db.commit(records)
+        strategy.tell(cands, results)
     return records
+
+
+@contextlib.contextmanager
+def _interrupt_deferred():
+    """Hold a Ctrl-C (SIGINT) until the block ends, then raise it as usual (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+    if caught and callable(previous):
+        previous(signal.SIGINT, None)  # the default handler raises KeyboardInterrupt
+    elif caught and previous == signal.SIG_DFL:
+        os.kill(os.getpid(), signal.SIGINT)  # what it would have done
 
 
 def tune_task(task: Task, strategy: SearchStrategy, builder: Builder, runner: Runner, db: Database, io: TaskIO,
@@ -136,8 +159,8 @@ def tune_task(task: Task, strategy: SearchStrategy, builder: Builder, runner: Ru
     """Measure candidates until the task has ``n_trials`` measurements in ``db`` (resumes earlier runs), or
     until the next batch would not end before ``deadline`` (judged by this call's batches so far); a batch
     whose proposals took the time that was left is dropped unmeasured."""
-    start, counts = time.perf_counter(), Counter()
-    done = done_at_start = db.n_measured(task.key)
+    start, counts, n_new = time.perf_counter(), Counter(), 0
+    done = db.n_measured(task.key)
     best = db.best(task.key, task.target_json)
     batch_start, n_batches, out_of_time = deadline.clock(), 0, False
     while done < n_trials:
@@ -154,14 +177,15 @@ def tune_task(task: Task, strategy: SearchStrategy, builder: Builder, runner: Ru
             break
         records = _measure(task, strategy, builder, runner, db, io, cands)
         counts.update(r.status for r in records)
-        done, n_batches = done + len(cands), n_batches + 1
+        n_new, n_batches = n_new + len(cands), n_batches + 1
+        done = max(done + len(cands), db.n_measured(task.key))  # other tuners on the same database count too
         for rec in records:
             if rec.status is Status.OK and (best is None or rec.latency_s < best.latency_s):
                 best = rec
         if on_progress:
             on_progress(TuneProgress(task.name, done, n_trials, best.latency_s if best else float("inf"),
-                                     task.flops, time.perf_counter() - start, done_at_start))
+                                     task.flops, time.perf_counter() - start, done - n_new))
     if out_of_time:
         log.info("%s: time budget reached after %d trials", task.name, done)
-    return TuneResult(task, db.best(task.key, task.target_json), done, done - done_at_start,
-                      time.perf_counter() - start, counts, out_of_time)
+    return TuneResult(task, db.best(task.key, task.target_json), done, n_new, time.perf_counter() - start, counts,
+                      out_of_time)

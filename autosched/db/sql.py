@@ -6,10 +6,12 @@ autosched database is refused before anything is written to it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +68,11 @@ def _check_sqlite_file(path: Path) -> None:
     if path.is_dir():
         raise DatabaseError(f"{path} is a directory: give a file path for the database, e.g. tuning_logs/x.db")
     if path.exists():
-        with open(path, "rb") as f:
-            head = f.read(16)
+        try:
+            with open(path, "rb") as f:
+                head = f.read(16)
+        except OSError as err:
+            raise DatabaseError(f"cannot read database {path} ({err.strerror}): pick another --db path") from err
         if head and head != SQLITE_MAGIC:
             raise DatabaseError(f"{path} is not an autosched database (not SQLite): pick another --db path")
         if not os.access(path, os.W_OK):
@@ -93,11 +98,43 @@ class SQLDatabase(Database):
                 raise DatabaseError(f"database {path} does not exist: check the --db path")
             _check_sqlite_file(path)
         try:
-            self.engine = sa.create_engine(self.url)
-            self._check_schema(create)
+            self.engine = sa.create_engine(self.url, **self._engine_kwargs())
+            self._check_intact()
+            _retry_while_another_creates(lambda: self._check_schema(create))
         except sa.exc.SQLAlchemyError as err:
             raise DatabaseError(f"cannot open database {path_or_url}: {str(err).splitlines()[0]}") from err
+        except ImportError as err:  # a URL whose driver is not installed (postgresql+psycopg://, ...)
+            raise DatabaseError(f"cannot open database {path_or_url}: its driver {err.name or ''} is not installed "
+                                "(pip install it, or give a SQLite path)") from err
+        except (ValueError, TypeError) as err:  # a malformed URL (a port that is not a number, ...)
+            raise DatabaseError(f"cannot open database {path_or_url}: {err}") from err
         self._storage: Any = None
+
+    def _engine_kwargs(self) -> dict[str, Any]:
+        """SQLite: wait up to 60 s (not 5) for another tuner's write to end, so concurrent tuners queue up."""
+        return {"connect_args": {"timeout": 60}} if self.url.startswith("sqlite") else {}
+
+    def _check_intact(self) -> None:
+        """SQLite: a damaged file (truncated, overwritten pages) is refused before anything reads or writes it
+        (SQLite's quick_check reads every page: ~0.1 s for 100 MB)."""
+        if not self.url.startswith("sqlite:///") or ":memory:" in self.url:
+            return
+        with self.engine.connect() as conn:
+            verdict = conn.exec_driver_sql("PRAGMA quick_check(1)").scalar()
+        if verdict != "ok":
+            verdict = " ".join(str(verdict).replace("*** in database main ***", "").split())
+            raise DatabaseError(f"database {self.url[len('sqlite:///'):]} is damaged ({verdict}): restore it from a "
+                                "copy, or use a new --db")
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        """A database that fails in the middle of a run (disk full, read-only, damaged): one clear line."""
+        try:
+            yield
+        except sa.exc.DatabaseError as err:  # the DBAPI's errors; not our own mistakes (a bad query)
+            if isinstance(err, sa.exc.IntegrityError | sa.exc.ProgrammingError):
+                raise
+            raise DatabaseError(describe_failure(self.url, err)) from err
 
     def _check_schema(self, create: bool) -> None:
         names = set(sa.inspect(self.engine).get_table_names())
@@ -119,8 +156,8 @@ class SQLDatabase(Database):
             )
         if not create:
             raise DatabaseError(f"{self.url} is empty, not an autosched database: check the --db path")
-        _META.create_all(self.engine)
-        with self.engine.begin() as conn:
+        with self.engine.begin() as conn:  # tables and version in one transaction: never seen half-made
+            _META.create_all(conn)
             conn.execute(meta_table.insert(), [{"key": "schema_version", "value": str(SCHEMA_VERSION)},
                                                {"key": "created_at", "value": str(time.time())}])
 
@@ -133,16 +170,21 @@ class SQLDatabase(Database):
 
     # --- tasks ---------------------------------------------------------------------------------------------
     def commit_task(self, task: TaskRow) -> None:
-        with self.engine.begin() as conn:
-            if conn.execute(sa.select(task_table.c.task_key).where(task_table.c.task_key == task.task_key)).first():
-                return
-            conn.execute(task_table.insert().values(
-                task_key=task.task_key, name=task.name, target=task.target, space_version=task.space_version,
-                workload_json=task.workload_json, flops=task.flops, info=json.dumps(task.info), created_at=time.time(),
-            ))
+        try:
+            with self._errors(), self.engine.begin() as conn:
+                if conn.execute(sa.select(task_table.c.task_key).where(task_table.c.task_key == task.task_key)).first():
+                    return
+                conn.execute(task_table.insert().values(
+                    task_key=task.task_key, name=task.name, target=task.target, space_version=task.space_version,
+                    workload_json=task.workload_json, flops=task.flops, info=json.dumps(task.info),
+                    created_at=time.time(),
+                ))
+        except sa.exc.IntegrityError:  # another tuner on the same database stored it meanwhile
+            if self.task(task.task_key) is None:
+                raise
 
     def tasks(self) -> list[TaskRow]:
-        with self.engine.connect() as conn:
+        with self._errors(), self.engine.connect() as conn:
             rows = conn.execute(sa.select(task_table).order_by(task_table.c.created_at)).mappings().all()
         return [TaskRow(r["task_key"], r["name"], r["target"], r["space_version"], r["workload_json"], r["flops"],
                         json.loads(r["info"])) for r in rows]
@@ -159,23 +201,29 @@ class SQLDatabase(Database):
             "autosched_version": r.autosched_version, "tvm_version": r.tvm_version,
             "space_version": r.space_version, "created_at": r.created_at, "predicted_score": r.predicted_score,
         } for r in records]
-        with self.engine.begin() as conn:  # one transaction: a batch lands whole or not at all
+        with self._errors(), self.engine.begin() as conn:  # one transaction: a batch lands whole or not at all
             conn.execute(record_table.insert(), rows)
 
     def records(self, task_key: str | None = None) -> list[TuningRecord]:
         query = sa.select(record_table).order_by(record_table.c.id)
         if task_key is not None:
             query = query.where(record_table.c.task_key == task_key)
-        with self.engine.connect() as conn:
+        with self._errors(), self.engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         return [_to_record(r) for r in rows]
+
+    def n_measured(self, task_key: str) -> int:
+        query = (sa.select(sa.func.count()).select_from(record_table).where(record_table.c.task_key == task_key)
+                 .where(record_table.c.status != Status.INVALID.value))
+        with self._errors(), self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
 
     def best(self, task_key: str, target: str | None = None) -> TuningRecord | None:
         query = (sa.select(record_table).where(record_table.c.task_key == task_key)
                  .where(record_table.c.latency_s.is_not(None)).order_by(record_table.c.latency_s).limit(1))
         if target is not None:
             query = query.where(record_table.c.target == target)
-        with self.engine.connect() as conn:
+        with self._errors(), self.engine.connect() as conn:
             row = conn.execute(query).mappings().first()
         return _to_record(row) if row else None
 
@@ -183,7 +231,8 @@ class SQLDatabase(Database):
         if self._storage is None:
             import optuna
 
-            self._storage = optuna.storages.RDBStorage(self.url)
+            self._storage = _retry_while_another_creates(
+                lambda: optuna.storages.RDBStorage(self.url, engine_kwargs=self._engine_kwargs()))
         return self._storage
 
     def close(self) -> None:
@@ -191,6 +240,58 @@ class SQLDatabase(Database):
             self._storage.remove_session()
             self._storage.engine.dispose()
         self.engine.dispose()
+
+
+def _retry_while_another_creates(make: Any, attempts: int = 5) -> Any:
+    """``make()``, again if it lost a race with another tuner creating the same tables at the same moment (two
+    workers started together on a new database: "table already exists", a duplicate schema version row)."""
+    import optuna
+
+    for attempt in range(attempts):
+        try:
+            return make()
+        except (sa.exc.IntegrityError, sa.exc.OperationalError, optuna.exceptions.StorageInternalError) as err:
+            text = str(err).lower()
+            if attempt == attempts - 1 or not ("already exists" in text or "unique" in text or "locked" in text):
+                raise
+            log.info("another process is creating the database's tables; trying again")
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def database_failure(err: BaseException) -> str | None:
+    """One line if ``err`` was caused by the database failing (e.g. inside Optuna's storage), else None."""
+    import sqlite3
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, sa.exc.OperationalError | sqlite3.OperationalError) or (
+                isinstance(err, sa.exc.DatabaseError | sqlite3.DatabaseError) and "malformed" in str(err)):
+            return describe_failure(None, err)  # disk full, read-only, I/O error, damaged file
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def describe_failure(url: str | None, err: BaseException) -> str:
+    """One line for a database that failed in use: what happened and what to do (the data written is safe:
+    every batch is one transaction)."""
+    if url is None:
+        where = "the tuning database"
+    else:
+        where = url[len("sqlite:///"):] if url.startswith("sqlite:///") else sa.make_url(url).render_as_string()
+        where = f"database {where}"
+    text = str(getattr(err, "orig", None) or err).splitlines()[0] if str(err) else type(err).__name__
+    low = text.lower()
+    if "full" in low or "no space" in low:
+        return (f"{where}: the disk is full ({text}); what was measured before is saved: free some space "
+                "and run the same command again to resume")
+    if "readonly" in low or "read-only" in low:
+        return (f"{where} became read-only ({text}); what was measured before is saved: make it writable "
+                "and run the same command again to resume")
+    if "malformed" in low or "not a database" in low:
+        return f"{where} is damaged ({text}): restore it from a copy, or use a new --db"
+    return f"{where} failed ({text}); what was measured before is saved"
 
 
 def _to_record(r: Any) -> TuningRecord:

@@ -6,6 +6,7 @@ that crashes or hangs kills its worker, is recorded with its status, and the nex
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import statistics
@@ -52,12 +53,30 @@ class _Pool:
         return self._pool.submit(fn, *args)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
-            self._pool = None
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        try:
+            pool.shutdown(wait=False)
+        except Exception:  # noqa: BLE001
+            log.info("worker pool shut down the hard way", exc_info=True)
+            # TVM's PopenWorker.kill is not thread-safe: after a Ctrl-C (which reaches the workers too) the job
+            # thread that saw its worker die may be killing it at the same moment. Kill what is left directly,
+            # so that no job thread stays blocked on a live worker and the process can exit.
+            for popen_worker in list(getattr(pool, "_worker_map", {}).values()):
+                proc = getattr(popen_worker, "_proc", None)
+                with contextlib.suppress(Exception):
+                    proc.kill()
+            with contextlib.suppress(Exception):
+                pool._lock.release()  # TVM's shutdown raised while holding it: its __del__ would deadlock
+            pool._shutdown = True
+            with contextlib.suppress(Exception):
+                pool._threadpool.shutdown(wait=False)
 
 
 class LocalBuilder(Builder):
+    build_fn = staticmethod(worker.build)  # what a build worker runs (tests inject faults here)
+
     def __init__(self, target_json: str, n_workers: int | None = None, timeout_s: float = 60.0,
                  work_dir: str | None = None):
         self.target_json = target_json
@@ -71,7 +90,7 @@ class LocalBuilder(Builder):
         for cand in candidates:
             self._count += 1
             path = os.path.join(self.work_dir, f"cand{self._count}.so")
-            jobs.append((cand, path, self._pool.submit(worker.build, cand.mod_json, self.target_json, path)))
+            jobs.append((cand, path, self._pool.submit(self.build_fn, cand.mod_json, self.target_json, path)))
         out = []
         for cand, path, fut in jobs:
             try:

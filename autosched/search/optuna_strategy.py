@@ -8,19 +8,26 @@ How each outcome reaches the sampler (pinned by tests/search/test_optuna_strateg
                             FAIL (ignored by the samplers) if that schedule is still being measured
 - screened out by the cost model -> never in this study: proposals come from a scratch copy (see _screened)
 - picked by the cost model -> as above, plus user_attr predicted_score (counted per design for coverage)
+- every measured trial      -> user_attr timing_s: its share of the batch's wall time in search (ask, cost-model
+                              refit) and build, and its own measurement time (read by ``autosched report``)
 - our own crash / Ctrl-C -> FAIL
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
 import logging
+import os
+import socket
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import optuna
+import psutil
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import Trial, TrialState
 
@@ -38,9 +45,30 @@ warnings.filterwarnings("ignore", message="Constraints have been set, but CmaEsS
 
 STATUS_ATTR = "status"
 PREDICTED_ATTR = "predicted_score"  # set on trials the cost model picked
+TIMING_ATTR = "timing_s"  # set on measured trials: {"search": s, "build": s, "measure": s, "build_worker": s}
 
 
 CONSTRAINT = "measured_ok"
+OWNER_ATTR = "owner"  # set on asked trials: [host, pid, process start time] of the tuner measuring it
+ORPHAN_AFTER_S = 3600.0  # a RUNNING trial without an owner (older autosched) is stale after this long
+
+
+@functools.cache
+def _owner(pid: int) -> list:
+    return [socket.gethostname(), pid, psutil.Process(pid).create_time()]
+
+
+def _owner_is_gone(owner: Any, started: Any) -> bool:
+    """Whether the tuner that asked a RUNNING trial is dead (it will never tell it)."""
+    if not isinstance(owner, list) or len(owner) != 3:
+        return started is None or (datetime.datetime.now() - started).total_seconds() > ORPHAN_AFTER_S
+    host, pid, created = owner
+    if host != socket.gethostname():
+        return False  # another machine's tuner: no way to tell from here
+    try:
+        return abs(psutil.Process(pid).create_time() - created) > 1e-3  # pid reused by another process
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError, TypeError):
+        return True
 
 
 def mark_outcome(trial: Trial, status: Status, error: str | None = None) -> None:
@@ -97,11 +125,18 @@ class OptunaStrategy(SearchStrategy):
         self._scores: dict[str, float] = {}  # predicted scores of enqueued proposals
         self.max_tries_per_ask = max_tries_per_ask
         self.exhausted = False
+        self._search_s = 0.0  # search time not yet charged to a batch (the last refit, the current ask)
+        self._asked_at = 0.0  # time.perf_counter() when the last ask returned
 
     def _fail_stale_trials(self) -> None:
-        """Trials left RUNNING by an interrupted run are our own failure, not measurements."""
+        """Trials left RUNNING by an interrupted run are our own failure, not measurements. Trials of tuners
+        still at work on the same study (another process, another machine) are theirs to finish."""
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            self.study.tell(t.number, state=TrialState.FAIL)
+            if _owner_is_gone(t.user_attrs.get(OWNER_ATTR), t.datetime_start):
+                try:
+                    self.study.tell(t.number, state=TrialState.FAIL)
+                except ValueError:  # finished meanwhile by its owner
+                    pass
 
     def _suggest(self, trial: Trial) -> dict[str, Any]:
         knobs = self.space.knobs()
@@ -131,11 +166,15 @@ class OptunaStrategy(SearchStrategy):
         self.study.enqueue_trial(params, skip_if_exists=True)
 
     def ask(self, n: int) -> list[Candidate]:
+        start = time.perf_counter()
         if self.screen is not None and self.screen.ready:
             for proposal in self._screened(n):
                 self.study.enqueue_trial(proposal.params)
                 self._scores[proposal.key] = proposal.score
-        return self._ask_direct(n)
+        out = self._ask_direct(n)
+        self._asked_at = time.perf_counter()
+        self._search_s += self._asked_at - start
+        return out
 
     def _screened(self, n: int) -> list[Proposal]:
         """A pool from a throw-away copy of the study (so unmeasured proposals never reach the real one)."""
@@ -259,6 +298,7 @@ class OptunaStrategy(SearchStrategy):
                 break  # every distinct setting has been proposed
             tries += 1
             trial = self.study.ask()
+            trial.set_user_attr(OWNER_ATTR, _owner(os.getpid()))
             params = self._suggest(trial)
             try:
                 sch = self.space.apply(params)
@@ -297,13 +337,29 @@ class OptunaStrategy(SearchStrategy):
             self._tell_result(trial, prior)
 
     def tell(self, candidates: list[Candidate], results: list[MeasureResult]) -> None:
-        for cand, res in zip(candidates, results, strict=True):
+        timings = self._timings(results)
+        for cand, res, timing in zip(candidates, results, timings, strict=True):
             key = cand.dedup_key()
             trial = self._pending.pop(key)
             self._seen[key] = res
+            trial.set_user_attr(TIMING_ATTR, timing)
             self._tell_result(trial, res)
         if self.screen is not None:
+            start = time.perf_counter()
             self.screen.observe([c.dedup_key() for c in candidates], results)
+            self._search_s += time.perf_counter() - start  # charged to the next batch
+
+    def _timings(self, results: list[MeasureResult]) -> list[dict[str, float]]:
+        """Each result's share of the batch's search and build wall time (the builds run in parallel: their wall
+        time is what passed since ``ask`` less the runs, which go one at a time), and its own run time."""
+        if not results:
+            return []
+        measure_s = sum(r.run_s for r in results)
+        build_s = max(time.perf_counter() - self._asked_at - measure_s, 0.0) if self._asked_at else 0.0
+        search_s, self._search_s = self._search_s, 0.0
+        n = len(results)
+        return [{"search": search_s / n, "build": build_s / n, "measure": r.run_s, "build_worker": r.build_s}
+                for r in results]
 
     def _tell_result(self, trial: Trial, res: MeasureResult) -> None:
         mark_outcome(trial, res.status, res.error)

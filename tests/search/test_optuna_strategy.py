@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+
 import optuna
 import pytest
 from optuna.trial import TrialState
 
 from autosched.errors import InvalidConfig, UnknownNameError
 from autosched.records import MeasureResult, Status
-from autosched.search.optuna_strategy import CONSTRAINT, SAMPLERS, OptunaStrategy, create_sampler
+from autosched.search.optuna_strategy import CONSTRAINT, OWNER_ATTR, SAMPLERS, OptunaStrategy, create_sampler
 
 
 def _strategy(space, sampler="tpe", seed=0):
@@ -138,6 +141,13 @@ def test_abandoned_candidates_fail_and_stale_running_trials_are_failed(matmul_sp
     cands = s.ask(2)
     s.abandon(cands[:1])
     assert s.study.get_trials()[cands[0].trial_number].state is TrialState.FAIL
-    # cands[1] is left RUNNING as if the process died; a new strategy on the same study fails it
+    # cands[1] is left RUNNING by a live tuner: a second one on the same study leaves it alone
     s2 = OptunaStrategy(matmul_space, "task", storage, "tpe", 0)
-    assert s2.study.get_trials()[cands[1].trial_number].state is TrialState.FAIL
+    assert s2.study.get_trials()[cands[1].trial_number].state is TrialState.RUNNING
+    # ... until that tuner has died: the next strategy on the study fails its trial
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    trial_id = s.study.get_trials()[cands[1].trial_number]._trial_id
+    storage.set_trial_user_attr(trial_id, OWNER_ATTR, [socket.gethostname(), dead.pid, 0.0])
+    s3 = OptunaStrategy(matmul_space, "task", storage, "tpe", 0)
+    assert s3.study.get_trials()[cands[1].trial_number].state is TrialState.FAIL

@@ -1,0 +1,304 @@
+"""Property-based tests: malformed values for every CLI argument, config field, search-space TOML and model file
+give one line and exit code 2 (or a clean run), never a traceback or an internal error.
+
+The tuning commands get a --db that is a folder: whatever the fuzzed value, nothing can be tuned or written, and
+a value that happens to be valid ends at the database check (one line, exit 2) after every other check ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import tomllib
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autosched.cli import main
+from autosched.config import TuneConfig
+from autosched.errors import UserInputError
+
+FUZZ = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SEEN = {"inputs": 0, "tracebacks": 0}  # reported by the last test of this file
+
+
+def _cli(argv: list[str]) -> tuple[int, str]:
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        code = main(argv)
+    SEEN["inputs"] += 1
+    return code, err.getvalue()
+
+
+def _assert_one_line_exit_2(code: int, err: str, allow_ok: bool = False, known_bug: bool = False) -> None:
+    if ("Traceback" in err or "internal error" in err) and not known_bug:
+        SEEN["tracebacks"] += 1
+    assert "Traceback" not in err and "internal error" not in err, err
+    if allow_ok and code == 0:
+        return
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("autosched: error:"), err
+
+
+# Text an argv can hold (no NUL), biased towards what breaks parsers: signs, dots, units, separators, JSON.
+_text = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=24)
+_numberish = st.one_of(_text, st.integers(-2**70, 0).map(str), st.integers(2**31, 2**70).map(str),
+                       st.sampled_from(["nan", "inf", "-inf", "1e9999", "0x10", "1.5", "-1", "", " ", "1_0", "٣"]))
+_shapeish = st.one_of(_text, st.lists(st.one_of(st.integers(-5, 0), st.integers(2**31, 2**64), st.just("x")),
+                                      min_size=1, max_size=8).map(lambda v: ",".join(map(str, v))))
+_targetish = st.one_of(_text, _text.map(lambda t: "llvm -mcpu=" + t), _text.map(lambda t: '{"kind": ' + t + "}"),
+                       st.sampled_from(["cuda", "c", "{}", "[]", "null", '{"kind": "llvm", "num-cores": -3}',
+                                        '{"kind": "llvm", "mcpu": 5}', "llvm -num-cores=abc"]))
+_durationish = st.one_of(_text, st.sampled_from(["0", "-5s", "1e400", "nan", "10x", "1.5.5h", "s", "m10", "0.0m"]))
+
+TUNE_ARGS = {
+    "--op": _text, "--shape": _shapeish, "--target": _targetish, "--trials": _numberish, "--time": _durationish,
+    "--sampler": _text, "--seed": _numberish, "--threads": _numberish, "--batch": _numberish,
+    "--cost-model": _text, "--transfer-model": _text, "--input": _text, "--func": _text,
+}
+
+
+@pytest.fixture(scope="module")
+def folder_db(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("db_is_a_folder"))
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("log") / "autosched.log")
+
+
+@pytest.mark.parametrize("flag", list(TUNE_ARGS))
+def test_every_tune_flag(flag, folder_db, log):
+    base = ["--op", "matmul", "--shape", "8,8,8", "--cost-model", "none"]
+    if flag in ("--input", "--func"):
+        base = ["--cost-model", "none"] if flag == "--func" else ["zoo:no_such_model"]
+
+    @FUZZ
+    @given(value=TUNE_ARGS[flag])
+    def check(value):
+        argv = [a for i, a in enumerate(base) if a != flag and (i == 0 or base[i - 1] != flag)]
+        _assert_one_line_exit_2(*_cli(["--log", log, "tune", *argv, f"{flag}={value}", "--db", folder_db]))
+
+    check()
+
+
+@FUZZ
+@given(model=st.one_of(_text, _text.map(lambda t: "zoo:" + t), _text.map(lambda t: "corpus:" + t)))
+def test_the_model_argument_of_every_model_command(model, folder_db, log, tmp_path_factory):
+    out = str(tmp_path_factory.getbasetemp() / "never.so")
+    for command, extra in (("tune", ["--db", folder_db]), ("inspect", []), ("compile", ["--db", folder_db, "-o", out]),
+                           ("run", ["--db", folder_db])):
+        _assert_one_line_exit_2(*_cli(["--log", log, command, f"{model}" if model[:1] != "-" else f"./{model}",
+                                       *extra]))
+
+
+@FUZZ
+@given(flag=st.sampled_from(["--threads", "--repeat", "--seed", "--tolerance", "--target", "--input"]),
+       value=st.one_of(_numberish, _targetish))
+def test_every_run_compile_inspect_flag(flag, value, folder_db, log, tmp_path_factory):
+    out = str(tmp_path_factory.getbasetemp() / "never.so")
+    for command, extra in (("run", ["--db", folder_db]), ("compile", ["--db", folder_db, "-o", out]),
+                           ("inspect", [])):
+        if flag in ("--repeat", "--seed", "--tolerance") and command != "run":
+            continue
+        # a model that does not exist: every flag is checked before (or instead of) loading it
+        _assert_one_line_exit_2(*_cli(["--log", log, command, "missing.onnx", f"{flag}={value}", *extra]))
+
+
+@FUZZ
+@given(db=st.one_of(_text, _text.map(lambda t: "sqlite:///" + t), _text.map(lambda t: "postgresql://" + t),
+                    _text.map(lambda t: t + "://x"), st.sampled_from(["", "/", ".", "/dev/null", "/proc/self/mem"])))
+def test_the_db_argument_of_show_export_and_report(db, log, tmp_path_factory):
+    out = tmp_path_factory.getbasetemp() / "never.json"
+    for command, extra in (("show", []), ("export", ["-o", str(out)]), ("report", ["-o", str(out)])):
+        _assert_one_line_exit_2(*_cli(["--log", log, command, f"--db={db}", *extra]))
+    assert not out.exists()
+
+
+# --- config files -------------------------------------------------------------------------------------------------
+_FIELDS = {f: getattr(TuneConfig(), f) for f in TuneConfig.__dataclass_fields__}
+_toml_values = st.one_of(st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=True), st.booleans(), _text,
+                         st.lists(st.integers(), max_size=3), st.dictionaries(st.sampled_from("ab"), st.integers(),
+                                                                              max_size=2))
+
+
+def _bad_for(name: str):
+    """Values the field ``name`` must refuse: another type, or outside its range."""
+    default = _FIELDS[name]
+    if isinstance(default, bool):
+        return st.one_of(st.integers(), _text, st.floats())
+    if isinstance(default, str):
+        return st.one_of(st.integers(), st.floats(), st.booleans(), st.lists(st.integers(), max_size=2))
+    wrong_type = st.one_of(_text, st.booleans(), st.lists(st.integers(), max_size=2), st.floats(allow_nan=True)
+                           .filter(lambda v: not math.isfinite(v)))
+    return st.one_of(wrong_type, st.integers(-2**63, -1), st.floats(-1e300, -1e-9)) if not isinstance(default, int) \
+        else st.one_of(wrong_type, st.integers(-2**63, -1), st.floats(-1e3, 1e3))
+
+
+@pytest.mark.parametrize("name", list(_FIELDS))
+def test_every_config_field_refuses_malformed_values(name):
+    @settings(max_examples=25, deadline=None)
+    @given(value=_bad_for(name))
+    def check(value):
+        SEEN["inputs"] += 1
+        with pytest.raises(UserInputError) as info:
+            TuneConfig(**{name: value})
+        assert len(str(info.value).splitlines()) == 1
+
+    check()
+
+
+def _toml_line(key: str, value) -> str:
+    import json
+
+    if isinstance(value, bool):
+        return f"{key} = {str(value).lower()}"
+    if isinstance(value, float):
+        text = "nan" if value != value else ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
+        return f"{key} = {text}"
+    if isinstance(value, dict):
+        return f"{key} = {{ {', '.join(f'{k} = {v}' for k, v in value.items())} }}"
+    return f"{key} = {json.dumps(value)}"
+
+
+@FUZZ
+@given(entries=st.dictionaries(st.one_of(st.sampled_from(list(_FIELDS)), st.from_regex(r"[a-z_]{1,12}",
+                                                                                       fullmatch=True)),
+                               _toml_values, min_size=1, max_size=4),
+       header=st.sampled_from(["[tune]\n", "", "[other]\n"]), garbage=st.one_of(st.just(""), _text))
+def test_config_files_with_malformed_fields_or_text(entries, header, garbage, folder_db, log, tmp_path_factory):
+    path = tmp_path_factory.getbasetemp() / "fuzz.toml"
+    path.write_text(header + "\n".join(_toml_line(k, v) for k, v in entries.items()) + "\n" + garbage,
+                    encoding="utf-8")
+    argv = ["--log", log, "tune", "--op", "matmul", "--shape", "8,8,8", "--config", str(path), "--db", folder_db]
+    _assert_one_line_exit_2(*_cli(argv))
+
+
+# --- search-space TOML --------------------------------------------------------------------------------------------
+CPU_TOML = Path(__file__).resolve().parents[1] / "search_spaces" / "cpu.toml"
+
+
+def _dump(table: dict, prefix: str = "") -> str:
+    """A small TOML writer (tomllib reads only): scalars first, then sub-tables, arrays of tables."""
+    lines, subs = [], []
+    for k, v in table.items():
+        if isinstance(v, dict):
+            subs.append(f"\n[{prefix}{k}]\n" + _dump(v, f"{prefix}{k}."))
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            subs.extend(f"\n[[{prefix}{k}]]\n" + _dump(x, f"{prefix}{k}.") for x in v)
+        else:
+            lines.append(_toml_line(k, v))
+    return "\n".join(lines) + "\n" + "".join(subs)
+
+
+@pytest.mark.xfail(reason="bug in autosched/spaces/settings.py (not ours to edit): load_settings lets KeyError, "
+                          "TypeError and AttributeError out for a missing or mistyped key (version, target_kinds, "
+                          "postprocs, knobs, ...); fix: check each key's presence and type, raise "
+                          "IncompatibleArtefactError naming the file and key", strict=False)
+@FUZZ
+@given(data=st.data())
+def test_search_space_files_with_malformed_fields(data, tmp_path_factory):
+    from autosched.spaces.settings import load_settings
+
+    table = tomllib.loads(CPU_TOML.read_text())
+    keys = sorted(table)
+    key = data.draw(st.sampled_from(keys))
+    action = data.draw(st.sampled_from(["drop", "retype", "garbage"]))
+    if action == "drop":
+        del table[key]
+    elif action == "retype":
+        table[key] = data.draw(_toml_values)
+    path = tmp_path_factory.getbasetemp() / "space.toml"
+    text = _dump(table) if action != "garbage" else data.draw(_text) + "\n" + _dump(table)
+    path.write_text(text, encoding="utf-8")
+    SEEN["inputs"] += 1
+    try:
+        load_settings(path)
+    except UserInputError as err:
+        assert len(str(err).splitlines()) == 1
+    # else: the change happened to leave a valid file (e.g. an optional key dropped)
+
+
+# --- model files --------------------------------------------------------------------------------------------------
+def _tiny_onnx(op_type: str = "Relu", dim=2) -> bytes:
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    node = helper.make_node(op_type, ["x"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [dim, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [dim, 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def _check_onnx_bytes(data, log, tmp_path_factory, ways, known_bug=False):
+    model = _tiny_onnx()
+    how = data.draw(st.sampled_from(ways))
+    if how == "truncate":
+        blob = model[: data.draw(st.integers(0, len(model) - 1))]
+    elif how == "flip":
+        i = data.draw(st.integers(0, len(model) - 1))
+        blob = model[:i] + bytes([model[i] ^ data.draw(st.integers(1, 255))]) + model[i + 1:]
+    else:
+        blob = data.draw(st.binary(max_size=256))
+    path = tmp_path_factory.getbasetemp() / "fuzz.onnx"
+    path.write_bytes(blob)
+    _assert_one_line_exit_2(*_cli(["--log", log, "inspect", str(path), "--threads", "1"]), allow_ok=True,
+                            known_bug=known_bug)
+
+
+@FUZZ
+@given(data=st.data())
+def test_truncated_and_random_onnx_files(data, log, tmp_path_factory):
+    _check_onnx_bytes(data, log, tmp_path_factory, ["truncate", "random"])
+
+
+@pytest.mark.xfail(reason="bug in autosched/models/frontends.py (not ours to edit): a bit flip that leaves a valid "
+                          "protobuf with an undefined input dtype (elem_type 0) raises KeyError in onnx_input_dims; "
+                          "fix: onnx.checker.check_model(proto) in _from_onnx, its ValidationError a UserInputError",
+                   strict=False)
+@FUZZ
+@given(data=st.data())
+def test_bit_flipped_onnx_files(data, log, tmp_path_factory):
+    _check_onnx_bytes(data, log, tmp_path_factory, ["flip"], known_bug=True)
+
+
+@pytest.mark.xfail(reason="the bug above, reproduced exactly: an ONNX input without a dtype (elem_type 0)",
+                   strict=True)
+def test_an_onnx_input_without_a_dtype(log, tmp_path):
+    onnx = pytest.importorskip("onnx")
+    proto = onnx.load_from_string(_tiny_onnx())
+    proto.graph.input[0].type.tensor_type.elem_type = 0
+    path = tmp_path / "no_dtype.onnx"
+    path.write_bytes(proto.SerializeToString())
+    _assert_one_line_exit_2(*_cli(["--log", log, "inspect", str(path), "--threads", "1"]), known_bug=True)
+
+
+@FUZZ
+@given(op=st.one_of(st.from_regex(r"[A-Z][A-Za-z]{2,14}", fullmatch=True),
+                    st.sampled_from(["Celu", "Loop", "If", "Scan", "NonMaxSuppression", "StringNormalizer"])))
+def test_onnx_files_with_unsupported_operators(op, log, tmp_path_factory):
+    path = tmp_path_factory.getbasetemp() / "op.onnx"
+    path.write_bytes(_tiny_onnx(op))
+    _assert_one_line_exit_2(*_cli(["--log", log, "inspect", str(path), "--threads", "1"]), allow_ok=True)
+
+
+@FUZZ
+@given(dim=st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True),
+       given_input=st.one_of(st.none(), _text, st.from_regex(r"x:[0-9x-]{0,8}", fullmatch=True)))
+def test_dynamic_dimensions_without_values(dim, given_input, log, tmp_path_factory):
+    path = tmp_path_factory.getbasetemp() / "dyn.onnx"
+    path.write_bytes(_tiny_onnx("Relu", dim))
+    extra = [] if given_input is None else [f"--input={given_input}"]
+    _assert_one_line_exit_2(*_cli(["--log", log, "inspect", str(path), "--threads", "1", *extra]), allow_ok=True)
+
+
+def test_zz_report_the_figures(capsys):
+    """Not a check: prints how many fuzzed inputs the tests above tried (run the file on its own to see it)."""
+    with capsys.disabled():
+        print(f"\nfuzzed inputs tried: {SEEN['inputs']}, tracebacks seen: {SEEN['tracebacks']}")
+    assert SEEN["tracebacks"] == 0
