@@ -118,7 +118,12 @@ def onnx_input_dims(proto: Any) -> dict[str, tuple[list[int | str], str]]:
         tensor = value.type.tensor_type
         dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
                 for d in tensor.shape.dim]
-        out[value.name] = (dims, str(np.dtype(tensor_dtype_to_np_dtype(tensor.elem_type))))
+        try:
+            dtype = str(np.dtype(tensor_dtype_to_np_dtype(tensor.elem_type)))
+        except (KeyError, TypeError, ValueError) as err:
+            raise UserInputError(f"the ONNX model's input {value.name!r} has no valid element type "
+                                 f"(elem_type {tensor.elem_type}): re-export the model") from err
+        out[value.name] = (dims, dtype)
     return out
 
 

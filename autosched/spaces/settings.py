@@ -74,6 +74,15 @@ def load_settings(path: Path) -> SpaceSettings:
         raw = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise UserInputError(f"cannot read search space {path}: {err}") from err
+    try:
+        return _settings(path, raw)
+    except (KeyError, TypeError, AttributeError, ValueError) as err:  # a key missing or of the wrong type
+        what = f"key {err.args[0]!r} is missing" if isinstance(err, KeyError) else f"a value has the wrong type ({err})"
+        raise IncompatibleArtefactError(f"{path.name}: {what}: compare it with the search_spaces/ shipped with "
+                                        "autosched") from err
+
+
+def _settings(path: Path, raw: dict[str, Any]) -> SpaceSettings:
     knobs = dict(raw.get("knobs", {}))
     for kind, encoding in knobs.items():
         if encoding not in SUPPORTED_ENCODINGS.get(kind, ()):
