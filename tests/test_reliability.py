@@ -310,7 +310,7 @@ def test_concurrent_tuners_on_one_postgresql_database(n_workers):
     server = os.environ.get("AUTOSCHED_TEST_POSTGRES_URL")
     if not server:
         pytest.skip("no PostgreSQL server: set AUTOSCHED_TEST_POSTGRES_URL=postgresql://user:pw@host/db to run")
-    pytest.importorskip("psycopg2", reason="PostgreSQL needs the psycopg2 driver (pip install psycopg2-binary)")
+    pytest.importorskip("psycopg", reason="PostgreSQL needs the psycopg driver (pip install 'autosched[postgres]')")
     name = f"autosched_test_{uuid.uuid4().hex[:8]}"
     admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
