@@ -47,6 +47,10 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-transfer", action="store_true",
                    help="do not start from the shipped cross-task cost model (learn online only)")
     p.add_argument("--transfer-model", help="a saved cost-model folder to start from instead of the shipped one")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", action="store_true", help="no progress bar and no table: one line at the end")
+    shown.add_argument("--json", action="store_true",
+                       help="progress and the result as JSON lines on stdout (one object per update, then the result)")
 
 
 def _model_args(p: argparse.ArgumentParser, threads_default: int | None = None) -> None:

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from autosched.config import COST_MODELS, TuneConfig
 from autosched.errors import UnknownNameError, UserInputError
+from autosched.progress import BAR, JSON, QUIET, emit, mode_of, progress_display
 
 _WIDTH = shutil.get_terminal_size((140, 24)).columns
 out = Console(highlight=False, width=_WIDTH)
@@ -125,22 +126,38 @@ def _tune_task(args: argparse.Namespace, cfg: TuneConfig, task) -> int:
     n_trials = cfg.n_trials if args.trials or not args.time else 10**9
     with TuningSession(cfg, task.target_json) as session:
         baseline = None if args.no_baseline else session.measure_unscheduled(task)
-        done_before = db.n_measured(task.key)
-        if done_before:
+        done_before, mode = db.n_measured(task.key), mode_of(args)
+        if done_before and mode == BAR:
             err.print(f"resuming {task.name}: {done_before} of {cfg.n_trials} trials already in {args.db}")
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("best {task.fields[best]} GFLOPS"), TimeElapsedColumn(),
-                      TextColumn("left ~{task.fields[eta]}"), console=err, transient=False) as bar:
-            bar_id = bar.add_task(task.name, total=n_trials if n_trials < 10**9 else None, completed=done_before,
-                                  best="-", eta="?")
+
+        def bar():
+            return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("best {task.fields[best]} GFLOPS"), TimeElapsedColumn(),
+                            TextColumn("left ~{task.fields[eta]}"), console=err, transient=False)
+
+        with progress_display(mode, bar, task.name, n_trials if n_trials < 10**9 else None, best="-",
+                              eta="?") as update:
+            update(done_before)
 
             def on_progress(p) -> None:
                 left = min(p.eta_s, deadline.left_s()) if p.eta_s == p.eta_s else deadline.left_s()
                 eta = f"{max(left, 0):.0f}s" if left < float("inf") else "?"
-                bar.update(bar_id, completed=p.n_done, best=f"{p.best_gflops:.1f}", eta=eta)
+                if mode == JSON:
+                    update(p.n_done, best_gflops=p.best_gflops, elapsed_s=p.elapsed_s, eta_s=left)
+                else:
+                    update(p.n_done, best=f"{p.best_gflops:.1f}", eta=eta)
 
             result = session.tune(task, db, on_progress, n_trials=n_trials, deadline=deadline)
-    _print_tune_table(task, result, baseline, args.db)
+    if mode == JSON:
+        emit({"event": "result", "task": task.name, "key": task.key, "trials": result.n_measured,
+              "new_measurements": result.n_new, "best_latency_s": result.best_latency_s,
+              "untuned_latency_s": baseline.latency_s if baseline is not None else None,
+              "elapsed_s": result.elapsed_s, "database": args.db})
+    elif mode == QUIET:
+        out.print(f"{task.name}: best {_fmt_s(result.best_latency_s)} after {result.n_measured} trials "
+                  f"({result.n_new} new); database: {args.db}")
+    else:
+        _print_tune_table(task, result, baseline, args.db)
     db.close()
     return 0
 

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from autosched.commands import _config, _fmt_s, _gflops, err, out
 from autosched.errors import UserInputError
+from autosched.progress import BAR, JSON, QUIET, emit, mode_of, progress_display
 
 
 def _load(args: argparse.Namespace, n_threads: int):
@@ -131,21 +132,39 @@ def tune_model_command(args: argparse.Namespace) -> int:
     budget = [f"{cfg.n_trials} trials per task on average ({total} in all, earlier runs in {args.db} included)"
               ] if total else []
     budget += [f"time budget {cfg.time_budget_s:g} s (baselines included)"] if cfg.time_budget_s else []
-    err.print(f"{model.name}: {len(tasks)} tasks from {n_groups} fusion groups, {' and '.join(budget)}")
-    with TuningSession(cfg, tasks[0].target_json) as session, Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("est. {task.fields[est]} (untuned {task.fields[untuned]})"), TextColumn("{task.fields[now]}"),
-            TimeElapsedColumn(), TextColumn("{task.fields[left]}"), console=err) as bar:
-        bar_id = bar.add_task(model.name, total=total, est="?", untuned="?", now="", left="left ~?")
+    mode = mode_of(args)
+    if mode == BAR:
+        err.print(f"{model.name}: {len(tasks)} tasks from {n_groups} fusion groups, {' and '.join(budget)}")
+
+    def bar():
+        return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("est. {task.fields[est]} (untuned {task.fields[untuned]})"),
+                        TextColumn("{task.fields[now]}"), TimeElapsedColumn(), TextColumn("{task.fields[left]}"),
+                        console=err)
+
+    with TuningSession(cfg, tasks[0].target_json) as session, progress_display(
+            mode, bar, model.name, total, est="?", untuned="?", now="", left="left ~?") as update:
         of_budget = f" of {cfg.time_budget_s:g}s" if cfg.time_budget_s else ""
 
         def on_progress(p) -> None:
+            if mode == JSON:
+                update(p.n_done, estimated_s=p.estimated_s, untuned_s=p.untuned_s, now=p.task_name,
+                       elapsed_s=p.elapsed_s, eta_s=p.eta_s)
+                return
             left = f"left ~{p.eta_s:.0f}s{of_budget}" if p.eta_s == p.eta_s else "left ~?"
-            bar.update(bar_id, completed=p.n_done, est=_fmt_s(p.estimated_s), untuned=_fmt_s(p.untuned_s),
-                       now=p.task_name, left=left)
+            update(p.n_done, est=_fmt_s(p.estimated_s), untuned=_fmt_s(p.untuned_s), now=p.task_name, left=left)
 
         result = tune_model_tasks(session, tasks, db, cfg.n_trials, on_progress, deadline)
-    _print_model_table(model.name, result, args.db, n_groups)
+    if mode == JSON:
+        emit({"event": "result", "model": model.name, "fusion_groups": n_groups, "tasks": result.n_tasks,
+              "tuned": result.n_tuned, "default": result.n_default, "estimated_s": result.estimated_s,
+              "untuned_s": result.untuned_s, "new_measurements": result.n_new, "elapsed_s": result.elapsed_s,
+              "out_of_time": result.out_of_time, "database": args.db})
+    elif mode == QUIET:
+        out.print(f"{model.name}: {result.n_tasks} tasks, estimated {_fmt_s(result.estimated_s)} per inference "
+                  f"(untuned {_fmt_s(result.untuned_s)}); {result.n_new} new measurements; database: {args.db}")
+    else:
+        _print_model_table(model.name, result, args.db, n_groups)
     db.close()
     return 0
 

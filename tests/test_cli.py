@@ -251,3 +251,38 @@ def tiny():
                  "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert "autosched tune: tiny" in out and "distinct tasks" in out
+
+
+@pytest.mark.parametrize("flag", ["--quiet", "--json"])
+def test_tune_quiet_prints_one_line_and_json_prints_progress_and_a_result(flag, tmp_path, capsys):
+    import json
+
+    db = tmp_path / "q.db"
+    argv = ["tune", "--op", "matmul", "--shape", "16,16,16", "--trials", "3", "--threads", "1", "--batch", "2",
+            "--cost-model", "none", "--db", str(db), flag]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "━" not in err and "┃" not in out  # no bar, no table
+    lines = out.strip().splitlines()
+    if flag == "--quiet":
+        assert len(lines) == 1 and "best" in lines[0] and str(db) in lines[0]
+        return
+    events = [json.loads(line) for line in lines]
+    assert {e["event"] for e in events[:-1]} == {"progress"} and events[-1]["event"] == "result"
+    assert events[-1]["trials"] == 3 and events[-1]["best_latency_s"] > 0
+    assert [e["completed"] for e in events[:-1]] == sorted(e["completed"] for e in events[:-1])
+
+
+def test_tune_a_model_with_json_ends_with_its_result(tmp_path, capsys):
+    import json
+
+    pytest.importorskip("torch")
+    argv = ["tune", "zoo:tiny_mlp", "--trials", "1", "--threads", "1", "--cost-model", "none",
+            "--db", str(tmp_path / "m.db"), "--json"]
+    assert main(argv) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert events[-1]["event"] == "result" and events[-1]["tasks"] >= 1 and events[-1]["estimated_s"] > 0
+
+
+def test_quiet_and_json_together_are_refused(capsys):
+    assert main(["tune", "--op", "matmul", "--shape", "16,16,16", "--quiet", "--json"]) == 2
