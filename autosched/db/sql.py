@@ -139,8 +139,14 @@ class SQLDatabase(Database):
     def _check_schema(self, create: bool) -> None:
         names = set(sa.inspect(self.engine).get_table_names())
         if "autosched_meta" in names:
-            with self.engine.connect() as conn:
-                row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")).first()
+            row = None
+            for _ in range(25):  # no version yet: another tuner may be creating the database this moment (SQLite
+                with self.engine.connect() as conn:  # commits a CREATE TABLE before the row that follows it)
+                    row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
+                                       ).first()
+                if row is not None:
+                    break
+                time.sleep(0.2)
             version = int(row[0]) if row else -1
             if version == 1:
                 self._migrate_v1()
