@@ -15,7 +15,7 @@ from rich.table import Table
 
 from autosched.commands import _config, _fmt_s, _gflops, err, out
 from autosched.errors import UserInputError
-from autosched.progress import BAR, JSON, QUIET, emit, mode_of, progress_display
+from autosched.progress import BAR, JSON, QUIET, emit, mode_of, progress_display, step
 
 
 def _load(args: argparse.Namespace, n_threads: int):
@@ -31,8 +31,15 @@ def _load(args: argparse.Namespace, n_threads: int):
     target = make_target(args.target, n_threads)
     if target.kind.name != "llvm":
         raise UserInputError(f"measuring on {target.kind.name} needs that device; models run on llvm (CPU) here")
-    model = args.model if hasattr(args.model, "mod") else load_model(args.model, shapes)  # or --func's Model
-    return model, target, rewrite_reporting(model, target)
+    mode = mode_of(args)
+    if hasattr(args.model, "mod"):  # --func's Model
+        model = args.model
+    else:
+        with step(mode, err, f"importing {args.model}"):
+            model = load_model(args.model, shapes)
+    with step(mode, err, f"{model.name}: graph rewrites"):
+        fused = rewrite_reporting(model, target)
+    return model, target, fused
 
 
 def rewrite_reporting(model, target, on_pass=None):
@@ -122,7 +129,8 @@ def tune_model_command(args: argparse.Namespace) -> int:
         cfg = cfg.replace(time_budget_s=args.time, n_trials=cfg.n_trials if args.trials else 0)
     deadline = Deadline.after(cfg.time_budget_s)  # the budget covers the whole command from here
     model, target, fused = _load(args, cfg.threads)
-    tasks = extract_tasks(fused, target, settings_for(target).version)
+    with step(mode_of(args), err, f"{model.name}: task extraction"):
+        tasks = extract_tasks(fused, target, settings_for(target).version)
     if cfg.cost_model == "xgb" and cfg.transfer:
         load_start_model(cfg.transfer_model, target.kind.name)
     db = open_database(args.db)
@@ -221,6 +229,10 @@ def _warn_if_no_match(compiled, db, target) -> None:
         err.print(f"note: the database has no schedules tuned at {threads} thread(s) for {len(compiled.borrowed)} "
                   f"fusion group(s): using the ones tuned at {tuned_at} (tune with --threads {threads} to "
                   "tune for this setting)", style="yellow", highlight=False)
+    if compiled.skipped:
+        err.print("note: records not applied: " + ", ".join(f"{n} {why}" for why, n in compiled.skipped.items())
+                  + " (a schedule is only applied to the target and TVM release it was measured on)",
+                  style="yellow", highlight=False)
     if compiled.counts()["tuned"] or not db.tasks():
         return
     others = {json.loads(t.target).get("num-cores") for t in db.tasks()}
@@ -230,15 +242,21 @@ def _warn_if_no_match(compiled, db, target) -> None:
               "run", style="yellow")
 
 
-def cmd_compile(args: argparse.Namespace) -> int:
+def _compile_showing_progress(model, target, db, fused):
     from autosched.models.build import compile_model
+
+    with step(BAR, err, f"{model.name}: compiling") as update:
+        return compile_model(model, target, db, fused=fused, on_progress=update)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
 
     model, target, fused = _load(args, args.threads)
     output = Path(args.output)
     if output.is_dir():
         raise UserInputError(f"-o {output} is a folder: give a file path such as {output / (model.name + '.so')}")
     db = _open_existing(args.db)
-    compiled = compile_model(model, target, db, fused=fused)
+    compiled = _compile_showing_progress(model, target, db, fused)
     _warn_if_no_match(compiled, db, target)
     compiled.export_library(output)
     n = compiled.counts()
@@ -249,7 +267,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from autosched._tvm import set_num_threads
-    from autosched.models.build import compile_model, compile_unscheduled
+    from autosched.models.build import compile_unscheduled
     from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
     from autosched.timing import time_interleaved
 
@@ -258,7 +276,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     db = _open_existing(args.db)
     inputs = model.random_inputs(args.seed)
     want = run_onnxruntime(session, model, inputs)
-    tuned = compile_model(model, target, db, fused=fused)
+    tuned = _compile_showing_progress(model, target, db, fused)
     _warn_if_no_match(tuned, db, target)
     untuned = compile_unscheduled(model, target, fused=fused)
     set_num_threads(args.threads)

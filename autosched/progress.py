@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -38,3 +39,22 @@ def emit(obj: dict[str, Any]) -> None:
     clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in obj.items()}
     sys.stdout.write(json.dumps(clean, default=str) + "\n")
     sys.stdout.flush()
+
+
+@contextmanager
+def step(mode: str, console: Any, description: str) -> Iterator[Any]:
+    """One long step before or after tuning (import, graph rewrites, task extraction, the build): a spinner with
+    the time so far while it runs, gone when it ends (``BAR``, on a terminal); one JSON object at its end
+    (``JSON``). Yields ``update(detail)`` for steps that can say how far they are ("12/40 groups")."""
+    start = time.perf_counter()
+    if mode == BAR:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                      transient=True) as bar:
+            bar_id = bar.add_task(f"{description} ...", total=None)
+            yield lambda detail: bar.update(bar_id, description=f"{description} ... {detail}")
+        return
+    yield lambda detail: None
+    if mode == JSON:
+        emit({"event": "step", "step": description, "elapsed_s": time.perf_counter() - start})

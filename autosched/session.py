@@ -76,8 +76,9 @@ def describe_check(outputs: list[np.ndarray], domain: str) -> str:
     return f"partial: {n_bad} of {n_values} reference outputs are inf or nan"
 
 
-def _release(version: str) -> tuple[str, ...]:
-    return tuple(version.split(".")[:2])  # 0.27.0.post1 -> ("0", "27"): patch releases keep schedules valid
+def same_release(a: str, b: str) -> bool:
+    """Same TVM major.minor (0.27.0.post1 ~ 0.27.1): patch releases keep schedules valid."""
+    return a.split(".")[:2] == b.split(".")[:2]
 
 
 def check_tvm_version(db: Database, task: Task) -> None:
@@ -88,7 +89,7 @@ def check_tvm_version(db: Database, task: Task) -> None:
     from autosched._tvm import TVM_VERSION
     from autosched.errors import IncompatibleArtefactError
 
-    others = Counter(r.tvm_version for r in db.records(task.key) if _release(r.tvm_version) != _release(TVM_VERSION))
+    others = Counter(r.tvm_version for r in db.records(task.key) if not same_release(r.tvm_version, TVM_VERSION))
     if others:
         found = ", ".join(f"{n} with TVM {v}" for v, n in sorted(others.items()))
         raise IncompatibleArtefactError(

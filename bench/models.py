@@ -4,15 +4,18 @@
     python bench/models.py --models mlp,bert --trials 8     # a quick look
     python bench/models.py --models gpt2-2x256 --out models_gpt2   # Hugging Face GPT-2, 2 layers, width 256
     python bench/models.py --models corpus:gpt2,corpus:vit_b_16 --time 5m   # corpus models, a time budget each
+    python bench/models.py --models examples --out models_examples   # every example family, from its shipped log
 
 Each model is built in code with random weights (autosched.models.zoo, or autosched.models.corpus for
 ``corpus:NAME``), exported to ONNX and imported from that file, as a user would. It is tuned once, at
 ``--tune-threads`` (whole tuning time measured, setup included), then compiled and timed at every ``--threads``:
 a thread count it was not tuned at borrows the records of the nearest one (counted in the table).
+``example:NAME`` (``examples`` for all of them) is the model of ``examples/NAME/``, imported the example's way,
+not tuned here: it is compiled from its shipped log, ``tuning_logs/example_NAME.jsonl.gz``, as its user gets it.
 
 Timing, per thread count, in one process: the call a user makes for every contender -- ``compiled(*arrays)``
-(numpy in, numpy out), ONNX Runtime's ``session.run`` and the PyTorch module under ``no_grad`` -- in
-interleaved rounds with the same timer, medians. Beside them, each runtime's own time for the graph (TVM's
+(numpy in, numpy out), ONNX Runtime's ``session.run``, the PyTorch module and ``torch.compile`` of it (Inductor, defaults,
+compiled before the rounds), both under ``no_grad`` -- in interleaved rounds with the same timer, medians. Beside them, each runtime's own time for the graph (TVM's
 timer on the VM function; ONNX Runtime's profiler, ``SequentialExecutor::Execute``, in a second, profiled
 session timed in the same rounds): the gap between a call and that time is what the call path costs.
 Every output is checked against ONNX Runtime's first.
@@ -33,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import fair_environment, load_now, machine_info, time_callable, time_interleaved, write_json  # noqa: E402
 
 MODELS = ("mlp", "bert", "resnet18")
+EXAMPLES = [f"example:{n}" for n in ("mlp", "resnet", "mobilenet", "bert", "gpt", "vit", "lstm")]
 MAX_ERROR = 1e-3
 
 
@@ -98,7 +102,8 @@ def _tune(name: str, model, args: argparse.Namespace, work: Path) -> tuple:
     return db, result, time.perf_counter() - start
 
 
-def _time_at(n: int, model, compiled, untuned, module, torch_inputs, inputs, repeat: int) -> dict:
+def _time_at(n: int, onnx_bytes: bytes, compiled, untuned, module, compiled_module, torch_inputs, inputs,
+             repeat: int) -> dict:
     import torch
 
     from autosched._tvm import set_num_threads
@@ -106,13 +111,16 @@ def _time_at(n: int, model, compiled, untuned, module, torch_inputs, inputs, rep
 
     set_num_threads(n)
     torch.set_num_threads(n)
-    session, profiled = onnxruntime_session(model, n), onnxruntime_session(model, n, profile=True)
-    feed = {spec.name: x for spec, x in zip(model.inputs, inputs, strict=True)}
+    session, profiled = onnxruntime_session(onnx_bytes, n), onnxruntime_session(onnx_bytes, n, profile=True)
+    feed = {i.name: x for i, x in zip(session.get_inputs(), inputs, strict=True)}
+    calls = {"autosched": lambda: compiled(*inputs), "onnxruntime": lambda: session.run(None, feed),
+             "torch": lambda: module(*torch_inputs), "onnxruntime_profiled": lambda: profiled.run(None, feed)}
+    if compiled_module is not None:
+        calls["torch_compile"] = lambda: compiled_module(*torch_inputs)
     with torch.no_grad():
-        calls = time_interleaved({"autosched": lambda: compiled(*inputs),
-                                  "onnxruntime": lambda: session.run(None, feed),
-                                  "torch": lambda: module(*torch_inputs),
-                                  "onnxruntime_profiled": lambda: profiled.run(None, feed)}, repeat, min_round_s=0.2)
+        if compiled_module is not None:
+            compiled_module(*torch_inputs)  # a new thread count may recompile: not in the timed rounds
+        calls = time_interleaved(calls, repeat, min_round_s=0.2)
     times = {k: statistics.median(v) for k, v in calls.items()}
     times["autosched_kernels"] = statistics.median(compiled.time(inputs, n, repeat=repeat, min_repeat_ms=200))
     times["onnxruntime_kernels"] = statistics.median(onnxruntime_executor_times(profiled))
@@ -121,26 +129,70 @@ def _time_at(n: int, model, compiled, untuned, module, torch_inputs, inputs, rep
     return times
 
 
+def _torch_compiled(module, torch_inputs, row: dict):
+    """``torch.compile(module)`` at its defaults (Inductor), compiled once here; None (and why, in the row) where
+    it fails."""
+    import torch
+
+    start = time.perf_counter()
+    try:
+        compiled_module = torch.compile(module)
+        with torch.no_grad():
+            compiled_module(*torch_inputs)
+    except Exception as err:  # noqa: BLE001 - a peer that cannot compile this model is a note, not a crash
+        row["torch_compile_error"] = " ".join(str(err).splitlines())[:200]
+        return None
+    row["torch_compile_s"] = time.perf_counter() - start
+    return compiled_module
+
+
+def _example(name: str) -> tuple:
+    """An example's model, module, inputs and ONNX bytes, and its shipped tuning log as a read-only database."""
+    from autosched.db import open_database
+    from autosched.models.family_example import load_example, prepare
+
+    example, _ = load_example(name.removeprefix("example:"))
+    if not example.shipped_log.exists():
+        raise SystemExit(f"{name}: no shipped log {example.shipped_log}: tune the example, then autosched export")
+    prepared = prepare(example, small=False)
+    if prepared.onnx_bytes is None:
+        raise SystemExit(f"{name}: the module does not export to ONNX: ONNX Runtime cannot run it")
+    return prepared, open_database(str(example.shipped_log), create=False)
+
+
 def bench_model(name: str, args: argparse.Namespace, threads: list[int], work: Path) -> dict:
+    import json
+
     import torch
 
     from autosched import load_model
     from autosched.models.build import compile_model, compile_unscheduled
-    from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
+    from autosched.models.reference import max_relative_error, onnxruntime_session
     from autosched.tasks import make_target
 
-    module, torch_inputs, onnx_path = _build(name, work)
+    if name.startswith("example:"):  # its shipped log, as a user of the example gets it: no tuning here
+        prepared, db = _example(name)
+        model, module, torch_inputs, onnx_bytes = (prepared.model, prepared.module, prepared.inputs,
+                                                   prepared.onnx_bytes)
+        tuned_at = sorted({json.loads(t.target).get("num-cores") for t in db.tasks()})
+        row: dict = {"model": name, "tasks": len(db.tasks()), "tuned_tasks": None, "trials": len(db.records()),
+                     "tune_s": None, "tune_threads": tuned_at, "shipped_log": True, "threads": {}}
+    else:
+        module, torch_inputs, onnx_path = _build(name, work)
+        model = load_model(str(onnx_path), name=name)
+        onnx_bytes = model.onnx_bytes
+        db, result, tune_s = _tune(name, model, args, work)
+        row = {"model": name, "tasks": len(result.states), "tuned_tasks": result.n_tuned, "trials": result.n_new,
+               "tune_s": tune_s, "tune_threads": args.tune_threads, "estimated_kernels_s": result.estimated_s,
+               "threads": {}}
     module.eval()
-    model = load_model(str(onnx_path), name=name)
     inputs = [t.numpy() for t in torch_inputs]
-    db, result, tune_s = _tune(name, model, args, work)
-    row: dict = {"model": name, "tasks": len(result.states), "tuned_tasks": result.n_tuned, "trials": result.n_new,
-                 "tune_s": tune_s, "tune_threads": args.tune_threads, "estimated_kernels_s": result.estimated_s,
-                 "threads": {}}
-    want = run_onnxruntime(onnxruntime_session(model, 1), model, inputs)
+    session = onnxruntime_session(onnx_bytes, 1)
+    want = list(session.run(None, {i.name: x for i, x in zip(session.get_inputs(), inputs, strict=True)}))
     with torch.no_grad():
         row["torch_max_rel_error_vs_ort"] = max_relative_error([t.numpy() for t in _as_list(module(*torch_inputs))],
                                                                want)
+    compiled_module = _torch_compiled(module, torch_inputs, row) if args.torch_compile else None
     for n in threads:
         target = make_target("llvm", n)
         start = time.perf_counter()
@@ -150,9 +202,10 @@ def bench_model(name: str, args: argparse.Namespace, threads: list[int], work: P
         error = max_relative_error(compiled(*inputs), want)
         if not error <= MAX_ERROR:  # a wrong model is never timed nor counted
             raise SystemExit(f"{name}: autosched's outputs differ from ONNX Runtime's (max rel. error {error:.1e})")
-        times = _time_at(n, model, compiled, untuned, module, torch_inputs, inputs, args.repeat)
+        times = _time_at(n, onnx_bytes, compiled, untuned, module, compiled_module, torch_inputs, inputs,
+                         args.repeat)
         times.update(compile_s=compile_s, max_rel_error_vs_ort=error, sources=dict(compiled.counts()),
-                     borrowed_groups=len(compiled.borrowed))
+                     borrowed_groups=len(compiled.borrowed), skipped_records=dict(compiled.skipped))
         row["threads"][str(n)] = times
         print(f"  {n} thread(s): " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in times.items()
                                                 if isinstance(v, float) and k not in ("load", "max_rel_error_vs_ort")),
@@ -166,24 +219,30 @@ def _as_list(out) -> list:
     return list(out) if isinstance(out, tuple | list) else [out]
 
 
+def _ms(t: dict, key: str) -> str:
+    return f"{t[key] * 1e3:.3f}" if key in t else "-"
+
+
 def print_table(rows: list[dict], threads: list[int]) -> list[str]:
     lines = ["| model | threads | autosched call ms | its kernels ms | gap ms | ORT session.run ms | its kernels ms | "
-             "gap ms | PyTorch ms | untuned ms | autosched / ORT | autosched / PyTorch | groups tuned (borrowed) | "
-             "max rel. err vs ORT | tasks | trials | tune s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "gap ms | PyTorch ms | torch.compile ms | untuned ms | autosched / ORT | autosched / PyTorch | "
+             "autosched / torch.compile | groups tuned (borrowed) | max rel. err vs ORT | tasks | trials | tune s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     verdicts = []
     for r in rows:
         for n in threads:
             t = r["threads"][str(n)]
             gap = t["autosched"] - t["autosched_kernels"]
             ort_gap = t["onnxruntime_profiled"] - t["onnxruntime_kernels"]  # both from the profiled session
+            vs_compile = f"{t['autosched'] / t['torch_compile']:.2f}" if "torch_compile" in t else "-"
+            tune_s = "shipped log" if r.get("shipped_log") else f"{r['tune_s']:.0f}"
             lines.append(
-                f"| {r['model']} | {n} | {t['autosched'] * 1e3:.3f} | {t['autosched_kernels'] * 1e3:.3f} | "
-                f"{gap * 1e3:.3f} | {t['onnxruntime'] * 1e3:.3f} | {t['onnxruntime_kernels'] * 1e3:.3f} | "
-                f"{ort_gap * 1e3:.3f} | {t['torch'] * 1e3:.3f} | {t['untuned'] * 1e3:.2f} | "
-                f"{t['autosched'] / t['onnxruntime']:.2f} | {t['autosched'] / t['torch']:.2f} | "
+                f"| {r['model']} | {n} | {_ms(t, 'autosched')} | {_ms(t, 'autosched_kernels')} | {gap * 1e3:.3f} | "
+                f"{_ms(t, 'onnxruntime')} | {_ms(t, 'onnxruntime_kernels')} | {ort_gap * 1e3:.3f} | "
+                f"{_ms(t, 'torch')} | {_ms(t, 'torch_compile')} | {t['untuned'] * 1e3:.2f} | "
+                f"{t['autosched'] / t['onnxruntime']:.2f} | {t['autosched'] / t['torch']:.2f} | {vs_compile} | "
                 f"{t['sources'].get('tuned', 0)}/{sum(t['sources'].values())} ({t['borrowed_groups']}) | "
-                f"{t['max_rel_error_vs_ort']:.1e} | {r['tasks']} | {r['trials']} | {r['tune_s']:.0f} |")
+                f"{t['max_rel_error_vs_ort']:.1e} | {r['tasks']} | {r['trials']} | {tune_s} |")
             verdicts.append(f"{r['model']} at {n} thread(s): call-path gap {gap * 1e6:.1f} us vs ONNX Runtime's "
                             f"{ort_gap * 1e6:.1f} us ({'<=' if gap <= ort_gap else '>'}); autosched / ORT latency "
                             f"{t['autosched'] / t['onnxruntime']:.2f}")
@@ -204,6 +263,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="models")
     p.add_argument("--db-dir", help="keep the tuning databases here (default: a temporary folder)")
+    p.add_argument("--no-torch-compile", dest="torch_compile", action="store_false",
+                   help="leave torch.compile (Inductor, compiled once per model) out")
     args = p.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     fair_environment(max(threads))
@@ -214,7 +275,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="autosched-bench-") as tmp:
         work = Path(args.db_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        for name in args.models.split(","):
+        names = [m for spec in args.models.split(",") for m in (EXAMPLES if spec == "examples" else [spec])]
+        for name in names:
             rows.append(bench_model(name, args, threads, work))
             write_json(args.out, payload)
     payload["summary"] = print_table(rows, threads)

@@ -282,6 +282,9 @@ def test_tune_a_model_with_json_ends_with_its_result(tmp_path, capsys):
     assert main(argv) == 0
     events = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
     assert events[-1]["event"] == "result" and events[-1]["tasks"] >= 1 and events[-1]["estimated_s"] > 0
+    steps = [e["step"] for e in events if e["event"] == "step"]  # the long steps before tuning, each timed
+    assert steps == ["importing zoo:tiny_mlp", "tiny_mlp: graph rewrites", "tiny_mlp: task extraction"], steps
+    assert all(e["elapsed_s"] >= 0 for e in events if e["event"] == "step")
 
 
 def test_quiet_and_json_together_are_refused(capsys):

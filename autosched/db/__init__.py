@@ -6,13 +6,20 @@ from autosched.db.base import Database, TaskRow
 from autosched.db.memory import MemoryDatabase
 from autosched.db.sql import SQLDatabase
 
+EXPORT_SUFFIXES = (".jsonl", ".jsonl.gz")
+
 
 def open_database(path_or_url: str | Database, create: bool = True) -> Database:
-    """A path or SQLAlchemy URL ("sqlite:///x.db", "postgresql://..."), ":memory:", or a Database instance."""
+    """A path or SQLAlchemy URL ("sqlite:///x.db", "postgresql://..."), ":memory:", a JSON-lines export
+    (``.jsonl[.gz]``, read-only: compile, run, show, report), or a Database instance."""
     if isinstance(path_or_url, Database):
         return path_or_url
     if path_or_url == ":memory:":
         return MemoryDatabase()
+    if path_or_url.endswith(EXPORT_SUFFIXES):  # a shipped JSON-lines export, read into memory
+        from autosched.db.transfer import open_export
+
+        return open_export(path_or_url, create)
     return SQLDatabase(path_or_url, create=create)
 
 

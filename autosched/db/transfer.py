@@ -70,3 +70,17 @@ def import_jsonl(db: Database, tasks: list[TaskRow], records: list[TuningRecord]
     new = [r for r in records if (r.task_key, schedule_key(r.decisions), r.created_at) not in have]
     db.commit(new)
     return len({t.task_key for t in tasks} - existing_tasks), len(new)
+
+
+def open_export(path: str, create: bool) -> Database:
+    """An export as a read-only in-memory database (``compile``/``run``/``show`` straight from a shipped log)."""
+    from autosched.db.memory import MemoryDatabase
+
+    if create:
+        raise UserInputError(f"{path} is a JSON-lines export, which is read-only: tune into a database "
+                             f"(--db NAME.db); autosched import {path} --db NAME.db copies it into one")
+    if not Path(path).exists():
+        raise UserInputError(f"{path} does not exist: autosched export --db DB -o {path} writes one")
+    db = MemoryDatabase()
+    import_jsonl(db, *read_jsonl(Path(path)))
+    return db

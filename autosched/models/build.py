@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,22 +48,29 @@ def default_schedule(mod: IRModule, target: Target) -> Any | None:
     return found[1] if found else None
 
 
-def apply_database(fused: IRModule, target: Target, db: Database | None,
-                   default: bool = True) -> tuple[IRModule, dict[str, str], dict[str, int]]:
+def apply_database(fused: IRModule, target: Target, db: Database | None, default: bool = True,
+                   on_group: Callable[[int, int], None] | None = None
+                   ) -> tuple[IRModule, dict[str, str], dict[str, int], Counter]:
     """Replace every fusion group by its best stored schedule (else a default one).
 
     A group with no record for this target but records for the same CPU at another thread count gets the best
     of those, from the nearest tuned thread count (a schedule is valid at any thread count; its parallel
-    split was only tuned for another). Returns (module, group -> tuned | default | unscheduled,
-    group -> thread count of a record borrowed that way)."""
+    split was only tuned for another). Records measured with another TVM release, and those of tasks tuned
+    for another target, are never applied. Returns (module, group -> tuned | default | unscheduled,
+    group -> thread count of a record borrowed that way, why records were skipped -> how many).
+    ``on_group(done, total)`` after each group (progress of a big model)."""
     out = IRModule(fused.functions, attrs=fused.attrs) if fused.attrs else IRModule(fused.functions)
     space_version = settings_for(target).version
     alternatives = [(target, None)] + [(t, n) for t, n in _other_thread_counts(db, target)]
     sources: dict[str, str] = {}
     borrowed: dict[str, int] = {}
-    for group in fusion_groups(fused):
+    skipped = _records_of_other_targets(db, [t for t, _ in alternatives])
+    groups = fusion_groups(fused)
+    for done, group in enumerate(groups):
+        if on_group is not None:
+            on_group(done, len(groups))
         mod = group_module(group.func)
-        best, threads = _best_of_alternatives(db, mod, alternatives, space_version)
+        best, threads = _best_of_alternatives(db, mod, alternatives, space_version, skipped)
         sch = schedule_from_record(mod, best) if best is not None else (
             default_schedule(mod, target) if default else None)
         sources[group.name] = TUNED if best is not None else (DEFAULT if sch is not None else UNSCHEDULED)
@@ -71,14 +78,25 @@ def apply_database(fused: IRModule, target: Target, db: Database | None,
             borrowed[group.name] = threads
         if sch is not None:
             out[out.get_global_var(group.name)] = ungroup(sch.mod["main"])
-    return out, sources, borrowed
+    return out, sources, borrowed, +skipped  # unary + drops zero counts
+
+
+OTHER_TARGET, OTHER_TVM = "tuned for another target", "measured with another TVM release"
+
+
+def _records_of_other_targets(db: Database | None, usable: list[Target]) -> Counter:
+    """Records of the tasks in ``db`` tuned for a target none of ``usable`` is (another CPU, another kind)."""
+    if db is None:
+        return Counter()
+    mine = {target_json(t) for t in usable}
+    return Counter({OTHER_TARGET: sum(db.n_measured(row.task_key) for row in db.tasks() if row.target not in mine)})
 
 
 def _best_of_alternatives(db: Database | None, mod: IRModule, alternatives: list[tuple[Target, int | None]],
-                          space_version: int) -> tuple[Any | None, int | None]:
+                          space_version: int, skipped: Counter) -> tuple[Any | None, int | None]:
     """The best record of the first alternative target that has one, and that target's thread count."""
     for candidate, threads in alternatives:
-        best = _best_schedule_record(db, task_key(mod, candidate, space_version), target_json(candidate))
+        best = _best_schedule_record(db, task_key(mod, candidate, space_version), target_json(candidate), skipped)
         if best is not None:
             return best, threads
     return None, None
@@ -100,14 +118,26 @@ def _other_thread_counts(db: Database | None, target: Target) -> list[tuple[Targ
     return [(Target({**mine, "num-cores": n}), n) for n in ordered]
 
 
-def _best_schedule_record(db: Database | None, key: str, tjson: str) -> Any | None:
-    """The task's best record, unless nothing but its untuned baseline was measured: a budget that ran out
-    after the baselines must not leave the group unscheduled (the default schedule is 5-10x faster). Where a
-    schedule was measured and the baseline still won (a tiny transpose), the baseline is the best record."""
+def _best_schedule_record(db: Database | None, key: str, tjson: str, skipped: Counter) -> Any | None:
+    """The task's best record measured with this TVM release (others are counted into ``skipped``), unless
+    nothing but its untuned baseline was measured: a budget that ran out after the baselines must not leave
+    the group unscheduled (the default schedule is 5-10x faster). Where a schedule was measured and the
+    baseline still won (a tiny transpose), the baseline is the best record."""
+    from autosched._tvm import TVM_VERSION
+    from autosched.session import same_release
+
     best = db.best(key, tjson) if db is not None else None
+    if best is None:
+        return None
+    records = db.records(key)
+    if not same_release(best.tvm_version, TVM_VERSION):
+        skipped[OTHER_TVM] += sum(not same_release(r.tvm_version, TVM_VERSION) for r in records)
+        records = [r for r in records if same_release(r.tvm_version, TVM_VERSION)]
+        best = min((r for r in records if r.status is Status.OK and r.latencies_s and r.target == tjson),
+                   key=lambda r: r.latency_s, default=None)
     if best is None or best.trace_json is not None:
         return best
-    scheduled = [r for r in db.records(key) if r.trace_json is not None and r.status is Status.OK]
+    scheduled = [r for r in records if r.trace_json is not None and r.status is Status.OK]
     return best if scheduled else None
 
 
@@ -120,6 +150,7 @@ class CompiledModel:
     target: str  # target JSON
     sources: dict[str, str] = field(default_factory=dict)  # fusion group -> tuned | default | unscheduled
     borrowed: dict[str, int] = field(default_factory=dict)  # fusion group -> thread count its record was tuned at
+    skipped: Counter = field(default_factory=Counter)  # why records were not applied -> how many
     entry: str = "main"
     _vm_cache: Any = field(default=None, init=False, repr=False, compare=False)
     _caller_cache: Caller | None = field(default=None, init=False, repr=False, compare=False)
@@ -167,14 +198,18 @@ class CompiledModel:
 
 
 def compile_model(model: Model, target: Target, db: Database | None = None, default_schedules: bool = True,
-                  fused: IRModule | None = None) -> CompiledModel:
+                  fused: IRModule | None = None, on_progress: Callable[[str], None] | None = None) -> CompiledModel:
     """Graph rewrites, the database's best schedules (default ones for the rest), then TVM's build.
-    ``fused``: the model already through ``rewrite`` for this target (saves doing it again)."""
+    ``fused``: the model already through ``rewrite`` for this target (saves doing it again).
+    ``on_progress(detail)``: how far it is, for a progress display."""
     fused = fused if fused is not None else rewrite(model.mod, target)
-    scheduled, sources, borrowed = apply_database(fused, target, db, default_schedules)
+    say = on_progress or (lambda detail: None)
+    scheduled, sources, borrowed, skipped = apply_database(
+        fused, target, db, default_schedules, lambda done, total: say(f"schedules of {done}/{total} fusion groups"))
+    say("TVM's build")
     final = run_passes(scheduled, target, FINISH_PASSES, model_name=model.name)
     return CompiledModel(_build(final, target, model.name), model.inputs, target_json(target), sources,
-                         borrowed, model.entry)
+                         borrowed, skipped, model.entry)
 
 
 def _build(mod: IRModule, target: Target, model_name: str) -> Any:
@@ -202,4 +237,4 @@ def load_compiled(path: str | Path) -> CompiledModel:
     meta = json.loads(meta_path.read_text())
     inputs = [InputSpec(name, tuple(shape), dtype) for name, shape, dtype in meta["inputs"]]
     return CompiledModel(tvm.runtime.load_module(str(path)), inputs, meta["target"], meta.get("sources", {}),
-                         meta.get("borrowed", {}), meta.get("entry", "main"))
+                         meta.get("borrowed", {}), entry=meta.get("entry", "main"))

@@ -1,37 +1,106 @@
 """What every model-family example under ``examples/`` does once it has built its model.
 
 An example defines a PyTorch module with random weights (the part a user replaces with their own model) and
-calls ``run_example``: the module is exported to ONNX and imported from that file (or imported through
-``torch.export`` where TVM's ONNX importer lacks an operator, e.g. LSTM), tuned within a small time budget,
-compiled from the database, checked against ONNX Runtime (or PyTorch), and timed beside them through the call
-each one serves with, in interleaved rounds. The table it prints is the example's result.
+an ``EXAMPLE``; ``run_example`` exports the module to ONNX and imports that file (or imports it through
+``torch.export`` where TVM's ONNX importer lacks an operator, e.g. LSTM), tunes it within a small time budget,
+compiles it from the database, checks it against ONNX Runtime (or PyTorch), and times it beside them through
+the call each one serves with, in interleaved rounds. The table it prints is the example's result.
+
+Each example ships its tuning log, ``tuning_logs/example_<name>.jsonl.gz`` (``autosched export`` of a real
+tuning run on this CPU): a first run starts from it, and ``--time 0`` only compiles and times what it holds.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 MAX_ERROR = 1e-3
+ROOT = Path(__file__).resolve().parents[2]
 Build = Callable[[bool], tuple[Any, tuple]]  # small -> (eval-mode torch module, example inputs)
+
+
+@dataclass(frozen=True)
+class Example:
+    """What one family example defines: its name, how to build its model, its inputs' names, its import path
+    ("onnx": export, then import the file; "torch": ``torch.export``)."""
+
+    name: str
+    build: Build
+    input_names: list[str]
+    via: str = "onnx"
+
+    @property
+    def shipped_log(self) -> Path:
+        return ROOT / "tuning_logs" / f"example_{self.name}.jsonl.gz"
+
+
+@dataclass
+class Prepared:
+    """An example's model as autosched imports it, with the PyTorch module and inputs it came from and its ONNX
+    export (what ONNX Runtime runs; None where the exporter fails)."""
+
+    model: Any
+    module: Any
+    inputs: tuple
+    onnx_bytes: bytes | None
+
+
+def load_example(name: str) -> tuple[Example, Any]:
+    """``examples/<name>/tune_<name>.py``: its ``EXAMPLE`` and the module itself (for what else it defines)."""
+    path = ROOT / "examples" / name / f"tune_{name}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    if spec is None or not path.exists():
+        raise SystemExit(f"no example {name!r}: examples/<name>/tune_<name>.py does not exist")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.EXAMPLE, module
+
+
+def prepare(example: Example, small: bool) -> Prepared:
+    """Build the module (seeded: the same model every time) and import it the example's way."""
+    import torch
+
+    import autosched
+
+    torch.manual_seed(0)
+    module, inputs = example.build(small)
+    module.eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{example.name}.onnx"
+        try:
+            onnx_bytes = export_onnx(module, inputs, path, example.input_names).read_bytes()
+        except Exception:  # noqa: BLE001 - no ONNX Runtime column then; the torch path still imports it
+            if example.via == "onnx":
+                raise
+            onnx_bytes = None
+        if example.via == "onnx":
+            model = autosched.load_model(str(path))
+        else:
+            model = autosched.load_model(module, example_inputs=inputs, name=example.name)
+    return Prepared(model, module, inputs, onnx_bytes)
 
 
 def parse_args(name: str, argv: list[str] | None = None) -> argparse.Namespace:
     from autosched.config import parse_duration
 
     p = argparse.ArgumentParser(description=f"Tune, compile and check the {name} example.")
-    p.add_argument("--time", type=parse_duration, default=180.0, help="tuning budget (default 3m; 90s, 10m, ...)")
+    p.add_argument("--time", type=parse_duration, default=180.0,
+                   help="tuning budget (default 3m; 90s, 10m, ...; 0: no tuning, compile from the database)")
     p.add_argument("--trials", type=int, default=0, help="trials per task on average (default: as the time allows)")
     p.add_argument("--threads", type=int, help="threads to tune and serve with (default: all cores)")
-    p.add_argument("--db", default=f"tuning_logs/example_{name}.db", help="the tuning database (re-runs resume)")
+    p.add_argument("--db", default=f"tuning_logs/example_{name}.db",
+                   help="the tuning database (re-runs resume; a new one starts from the shipped log)")
     p.add_argument("--small", action="store_true", help="a smaller model (tests, quick looks)")
     return p.parse_args(argv)
 
@@ -48,58 +117,79 @@ def export_onnx(module: Any, inputs: tuple, path: Path, input_names: list[str]) 
     return path
 
 
-def run_example(name: str, build: Build, input_names: list[str], via: str = "onnx",
-                argv: list[str] | None = None, after: Callable[[Any, Any, argparse.Namespace], None] | None = None
-                ) -> dict[str, float]:
-    """Tune, compile, check and time the model ``build`` makes; returns the median latencies (seconds).
-    ``via``: "onnx" (export, then import the file) or "torch" (``torch.export``). ``after(compiled, module,
-    args)``: more the example shows with the compiled model (e.g. generation)."""
+def start_from_shipped_log(example: Example, db: str, small: bool) -> None:
+    """A new database for the full-size model starts with the shipped log's tasks and records."""
+    if small or Path(db).exists() or not example.shipped_log.exists() or "://" in db:
+        return
+    from autosched.db import open_database
+    from autosched.db.transfer import import_jsonl, read_jsonl
+
+    database = open_database(db)
+    n_tasks, n_records = import_jsonl(database, *read_jsonl(example.shipped_log))
+    database.close()
+    print(f"{db}: started from the shipped log {example.shipped_log.relative_to(ROOT)} "
+          f"({n_tasks} tasks, {n_records} records)", flush=True)
+
+
+def run_example(name: str | Example, build: Build | None = None, input_names: list[str] | None = None,
+                via: str = "onnx", argv: list[str] | None = None,
+                after: Callable[[Any, Any, argparse.Namespace], None] | None = None) -> dict[str, float]:
+    """Tune, compile, check and time an example's model; returns the median latencies (seconds).
+    ``after(compiled, module, args)``: more the example shows with the compiled model (e.g. generation)."""
+    from autosched.native_log import default_log_path, native_output_to
+
+    example = name if isinstance(name, Example) else Example(name, build, input_names, via)
+    args = parse_args(example.name, argv)
+    with native_output_to(default_log_path()) as log:  # TVM's C++ warnings to the log file, not the screen
+        times = _run(example, args, after)
+    if log.n_warnings:
+        print(f"{log.n_warnings} warnings from TVM and the libraries went to {log.path}", file=sys.stderr)
+    return times
+
+
+def _run(example: Example, args: argparse.Namespace,
+         after: Callable[[Any, Any, argparse.Namespace], None] | None) -> dict[str, float]:
     import torch
 
     import autosched
     from autosched.models.build import compile_unscheduled
-    from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
+    from autosched.models.reference import max_relative_error, onnxruntime_session
     from autosched.tasks import make_target
     from autosched.timing import time_interleaved
 
-    args = parse_args(name, argv)
-    torch.manual_seed(0)
-    module, inputs = build(args.small)
-    module.eval()
+    prepared = prepare(example, args.small)
+    model, module, inputs = prepared.model, prepared.module, prepared.inputs
     arrays = [t.numpy() for t in inputs]
-    with tempfile.TemporaryDirectory() as tmp:
-        if via == "onnx":
-            model = autosched.load_model(str(export_onnx(module, inputs, Path(tmp) / f"{name}.onnx", input_names)))
-        else:
-            model = autosched.load_model(module, example_inputs=inputs, name=name)
     config = autosched.TuneConfig(n_trials=args.trials, n_threads=args.threads, time_budget_s=args.time)
-    start = time.perf_counter()
-    result = autosched.tune_model(model, db=args.db, config=config, on_progress=_progress())
-    print(f"{name}: {result.n_tasks} tasks ({result.n_tuned} tuned, {result.n_default} on default schedules), "
-          f"{result.n_new} measurements in {time.perf_counter() - start:.0f} s", flush=True)
+    start_from_shipped_log(example, args.db, args.small)
+    if args.time or args.trials:
+        start = time.perf_counter()
+        result = autosched.tune_model(model, db=args.db, config=config, on_progress=_progress())
+        print(f"{example.name}: {result.n_tasks} tasks ({result.n_tuned} tuned, {result.n_default} on default "
+              f"schedules), {result.n_new} measurements in {time.perf_counter() - start:.0f} s", flush=True)
 
     compiled = autosched.compile(model, db=args.db, n_threads=config.threads)
     untuned = compile_unscheduled(model, make_target("llvm", config.threads))
     with torch.no_grad():
         want = [o.numpy() for o in _outputs(module(*inputs))]
-    session = onnxruntime_session(model, config.threads) if model.onnx_bytes is not None else None
-    if session is not None:
-        want = run_onnxruntime(session, model, arrays)
+    session = onnxruntime_session(prepared.onnx_bytes, config.threads) if prepared.onnx_bytes else None
+    feed = {i.name: x for i, x in zip(session.get_inputs(), arrays, strict=True)} if session else {}
+    if session is not None and example.via == "onnx":  # the file autosched imported is ONNX Runtime's reference
+        want = list(session.run(None, feed))
     error = max_relative_error(compiled(*arrays), want)
-    reference = "ONNX Runtime" if session is not None else "PyTorch"
+    reference = "ONNX Runtime" if session is not None and example.via == "onnx" else "PyTorch"
     if not error <= MAX_ERROR:
-        sys.exit(f"{name}: autosched's outputs differ from {reference}'s (max rel. error {error:.1e})")
+        sys.exit(f"{example.name}: autosched's outputs differ from {reference}'s (max rel. error {error:.1e})")
 
     torch.set_num_threads(config.threads)
     calls: dict[str, Callable[[], object]] = {"autosched": lambda: compiled(*arrays)}
     if session is not None:
-        feed = {spec.name: x for spec, x in zip(model.inputs, arrays, strict=True)}
         calls["ONNX Runtime"] = lambda: session.run(None, feed)
     with torch.no_grad():
         calls["PyTorch"] = lambda: module(*inputs)
         times = {k: statistics.median(v) for k, v in time_interleaved(calls, repeat=5, min_round_s=0.1).items()}
     times["TVM untuned"] = statistics.median(time_interleaved({"u": lambda: untuned(*arrays)}, 1, 0.0)["u"])
-    _print_table(name, times, config.threads, error, reference, compiled.counts())
+    _print_table(example.name, times, config.threads, error, reference, compiled.counts())
     if after is not None:
         after(compiled, module, args)
     return times

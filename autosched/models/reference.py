@@ -10,9 +10,11 @@ from autosched.errors import UserInputError
 from autosched.models.frontends import Model
 
 
-def onnxruntime_session(model: Model, n_threads: int, profile: bool = False) -> Any:
-    """An ONNX Runtime CPU session at its default settings but the thread count (and profiling, if asked)."""
-    if model.onnx_bytes is None:
+def onnxruntime_session(model: Model | bytes, n_threads: int, profile: bool = False) -> Any:
+    """An ONNX Runtime CPU session at its default settings but the thread count (and profiling, if asked), for
+    an ONNX model or an ONNX file's bytes."""
+    onnx_bytes = model if isinstance(model, bytes) else model.onnx_bytes
+    if onnx_bytes is None:
         raise UserInputError(f"{model.name} is not an ONNX model: ONNX Runtime cannot run it")
     try:
         import onnxruntime as ort
@@ -22,7 +24,7 @@ def onnxruntime_session(model: Model, n_threads: int, profile: bool = False) -> 
     opts.intra_op_num_threads, opts.inter_op_num_threads = n_threads, 1
     opts.log_severity_level = 3
     opts.enable_profiling = profile
-    return ort.InferenceSession(model.onnx_bytes, opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(onnx_bytes, opts, providers=["CPUExecutionProvider"])
 
 
 def run_onnxruntime(session: Any, model: Model, inputs: list[np.ndarray]) -> list[np.ndarray]:

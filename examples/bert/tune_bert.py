@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from autosched.models.family_example import Example, run_example
+
 
 class EncoderLayer(nn.Module):
     def __init__(self, d: int, heads: int):
@@ -53,7 +55,8 @@ def build(small: bool):
     return model, (ids, mask)
 
 
-if __name__ == "__main__":
-    from autosched.models.family_example import run_example
+EXAMPLE = Example("bert", build, ["input_ids", "attention_mask"])
 
-    run_example("bert", build, ["input_ids", "attention_mask"])
+
+if __name__ == "__main__":
+    run_example(EXAMPLE)

@@ -17,6 +17,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from autosched.models.family_example import Example, run_example
+
 
 class Block(nn.Module):
     def __init__(self, d: int, heads: int):
@@ -67,7 +69,8 @@ def generate(compiled, module, args, prompt_length: int = 4) -> None:
           f"each PyTorch's choice: {ids[0, prompt_length:].tolist()}")
 
 
-if __name__ == "__main__":
-    from autosched.models.family_example import run_example
+EXAMPLE = Example("gpt", build, ["input_ids"])
 
-    run_example("gpt", build, ["input_ids"], after=generate)
+
+if __name__ == "__main__":
+    run_example(EXAMPLE, after=generate)

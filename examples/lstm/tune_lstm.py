@@ -9,6 +9,8 @@ path) and checked against PyTorch; the recurrence is unrolled over the fixed seq
 import torch
 from torch import nn
 
+from autosched.models.family_example import Example, run_example
+
 
 class LanguageModel(nn.Module):
     def __init__(self, vocab=2000, d=256, layers=2):
@@ -27,7 +29,8 @@ def build(small: bool):
     return LanguageModel(vocab, d), (torch.randint(0, vocab, (1, steps)),)
 
 
-if __name__ == "__main__":
-    from autosched.models.family_example import run_example
+EXAMPLE = Example("lstm", build, ["input_ids"], via="torch")
 
-    run_example("lstm", build, ["input_ids"], via="torch")
+
+if __name__ == "__main__":
+    run_example(EXAMPLE)

@@ -7,7 +7,7 @@
 import torch
 from torch import nn
 
-from autosched.models.family_example import run_example
+from autosched.models.family_example import Example, run_example
 
 
 def build(small: bool):
@@ -18,5 +18,8 @@ def build(small: bool):
     return nn.Sequential(*layers), (torch.randn(1, sizes[0]),)
 
 
+EXAMPLE = Example("mlp", build, ["x"])
+
+
 if __name__ == "__main__":
-    run_example("mlp", build, ["x"])
+    run_example(EXAMPLE)

@@ -8,6 +8,8 @@ ReLU6, residual where the shape allows), exported to ONNX, tuned, compiled, chec
 import torch
 from torch import nn
 
+from autosched.models.family_example import Example, run_example
+
 
 def conv_bn(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1, act: bool = True) -> nn.Sequential:
     layers = [nn.Conv2d(cin, cout, kernel, stride, kernel // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
@@ -55,7 +57,8 @@ def build(small: bool):
     return model, (torch.randn(1, 3, size, size),)
 
 
-if __name__ == "__main__":
-    from autosched.models.family_example import run_example
+EXAMPLE = Example("mobilenet", build, ["image"])
 
-    run_example("mobilenet", build, ["image"])
+
+if __name__ == "__main__":
+    run_example(EXAMPLE)

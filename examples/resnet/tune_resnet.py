@@ -9,6 +9,8 @@ bias, residual add and ReLU run in its loop nest.
 import torch
 from torch import nn
 
+from autosched.models.family_example import Example, run_example
+
 
 def conv_bn(cin: int, cout: int, kernel: int, stride: int = 1) -> list[nn.Module]:
     return [nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False), nn.BatchNorm2d(cout)]
@@ -44,7 +46,8 @@ def build(small: bool):
     return model, (torch.randn(1, 3, 32 if small else 224, 32 if small else 224),)
 
 
-if __name__ == "__main__":
-    from autosched.models.family_example import run_example
+EXAMPLE = Example("resnet", build, ["image"])
 
-    run_example("resnet", build, ["image"])
+
+if __name__ == "__main__":
+    run_example(EXAMPLE)

@@ -9,6 +9,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from autosched.models.family_example import Example, run_example
+
 
 class Block(nn.Module):  # pre-LN: x + attention(norm(x)), x + mlp(norm(x))
     def __init__(self, d: int, heads: int):
@@ -46,7 +48,8 @@ def build(small: bool):
     return model, (torch.randn(1, 3, size, size),)
 
 
-if __name__ == "__main__":
-    from autosched.models.family_example import run_example
+EXAMPLE = Example("vit", build, ["image"])
 
-    run_example("vit", build, ["image"])
+
+if __name__ == "__main__":
+    run_example(EXAMPLE)

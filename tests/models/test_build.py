@@ -3,6 +3,7 @@ libraries load and run, outputs match ONNX Runtime."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,16 @@ from conftest import conv_bn_relu, mlp, redundant
 
 from autosched._tvm import as_python
 from autosched.db import MemoryDatabase, TaskRow
-from autosched.models.build import DEFAULT, TUNED, compile_model, compile_unscheduled, load_compiled
+from autosched.models.build import (
+    DEFAULT,
+    OTHER_TARGET,
+    OTHER_TVM,
+    TUNED,
+    _best_schedule_record,
+    compile_model,
+    compile_unscheduled,
+    load_compiled,
+)
 from autosched.models.frontends import load_model
 from autosched.models.graph import extract_tasks, rewrite
 from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
@@ -112,6 +122,25 @@ def test_records_for_another_cpu_are_not_applied(cpu_target):
                                  db)
     compiled = compile_model(model, cpu_target, db)
     assert set(compiled.sources.values()) == {DEFAULT} and compiled.borrowed == {}
+    assert compiled.skipped == {OTHER_TARGET: len(db.records())}  # skipped, and counted for the user
+
+
+def test_records_of_another_tvm_release_are_skipped_and_counted(cpu_target):
+    """A record measured with another TVM release (an imported export, say) is never applied, even when it is
+    the fastest; the group takes this release's best record instead, and the skipped ones are counted."""
+    from dataclasses import replace
+
+    model = load_model(conv_bn_relu()[0])
+    db = MemoryDatabase()
+    tasks = record_one_schedule_per_task(model, cpu_target, db)
+    mine = {t.key: db.best(t.key).record_id for t in tasks}
+    forged = [replace(db.best(t.key), record_id=None, latencies_s=[1e-12], tvm_version="0.19.0") for t in tasks]
+    db.commit(forged)
+    assert all(db.best(t.key).tvm_version == "0.19.0" for t in tasks)  # the forged ones are the fastest
+    compiled = compile_model(model, cpu_target, db)
+    assert set(compiled.sources.values()) == {TUNED} and compiled.skipped == {OTHER_TVM: len(tasks)}
+    for t in tasks:  # the record applied is this release's best
+        assert _best_schedule_record(db, t.key, t.target_json, Counter()).record_id == mine[t.key]
 
 
 def test_records_tuned_at_another_thread_count_are_used_from_the_nearest_one(cpu_target):

@@ -95,6 +95,13 @@ def test_tune_compile_run_end_to_end(onnx_file, tmp_path, capsys):
     out = capsys.readouterr()
     assert "2 tuned" in out.out
     assert "no schedules tuned at 2 thread(s) for 2 fusion group(s): using the ones tuned at 1 thread(s)" in out.err
+    shipped = tmp_path / "mlp.jsonl.gz"  # a shipped log: compile and run read the export as it is
+    assert main(["export", "--db", str(db), "-o", str(shipped)]) == 0
+    capsys.readouterr()
+    assert main(["run", *common, "--db", str(shipped), "--repeat", "2"]) == 0
+    assert "2 tuned" in capsys.readouterr().out
+    assert main(["tune", *common, "--trials", "3", "--db", str(shipped)]) == 2  # read-only: one line
+    assert "read-only" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args,message", [
