@@ -3,6 +3,7 @@
     python bench/corpus.py                                    # every model, full size, 8 trials per task
     python bench/corpus.py --time 600 --models resnet50,bert  # 10 minutes of tuning per model
     python bench/corpus.py --size small --trials 0 --models alexnet,bert    # a quick look (no tuning)
+    python bench/corpus.py --time 600 --threads 2 --db-dir ~/corpus-work   # the issue-16 table, resumable
 
 Each model is built in code with random weights, exported to ONNX (dynamo exporter, opset 18) and imported
 from that file, as a user would; a model TVM's ONNX importer cannot read (LSTM, GRU) goes through the
@@ -18,6 +19,7 @@ autosched / ONNX Runtime.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -227,7 +229,9 @@ def main() -> None:
     p.add_argument("--min-round-s", type=float, default=0.2, help="each peer runs at least this long per round")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="corpus")
-    p.add_argument("--db-dir", help="keep the exported models and tuning databases here (default: a temporary folder)")
+    p.add_argument("--db-dir", help="keep the exported models, tuning databases and finished rows here (default: a "
+                   "temporary folder); a run into the same folder reuses the models it finished, each timed in its own "
+                   "run, and restarts an unfinished one")
     args = p.parse_args()
     if args.repeat < 5:
         p.error("--repeat must be at least 5")
@@ -248,8 +252,15 @@ def main() -> None:
         work = Path(args.db_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
         for name in names:
+            done = work / f"{name}.row.json"  # a model finished by an earlier run into this --db-dir
+            if args.db_dir and done.exists():
+                rows.append(json.loads(done.read_text()))
+                print(f"[{name}] done earlier: {done}", flush=True)
+                continue
             print(f"[{name}] ...", flush=True)
+            (work / f"{name}.db").unlink(missing_ok=True)  # an unfinished model starts again, on its full budget
             rows.append(bench_model(name, args, work))
+            done.write_text(json.dumps(rows[-1], default=str))
             r = rows[-1]
             print(f"[{name}] " + (f"autosched {r['autosched_s'] * 1e3:.3f} ms, ONNX Runtime "
                                   f"{r['onnxruntime_s'] * 1e3:.3f} ms, error {r['max_rel_error_vs_ort']:.1e}"
