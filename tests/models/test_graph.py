@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import conv_bn_relu, mlp, redundant, relax_linear
@@ -35,6 +37,34 @@ def test_batch_norm_folds_into_the_conv_and_relu_fuses(cpu_target):
     assert [(g.name.rstrip("0123456789"), g.pattern) for g in groups] == [
         ("transpose", "injective"), ("fused_conv2d_add_relu", "out-elementwise-fusable"), ("transpose", "injective")]
     assert not any("batch_norm" in k or k in ("multiply", "divide", "sqrt") for k in op_counts(fused))
+
+
+def test_relu6_clips_stay_channels_last_and_fuse_into_their_convolutions(cpu_target):
+    """ONNX Clip (MobileNets' ReLU6) comes from TVM's importer as calls of topi's maximum/minimum, which have no
+    layout rule; as Relax operators they keep NHWC: no transposes between the convolutions, and each clip runs
+    in its convolution's loop nest."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = {"W1": rng.standard_normal((8, 3, 3, 3)).astype("float32"), "lo": np.array(0.0, "float32"),
+             "hi": np.array(6.0, "float32"), "W2": rng.standard_normal((8, 1, 3, 3)).astype("float32")}
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c1", "lo", "hi"], ["r1"]),
+             helper.make_node("Conv", ["r1", "W2"], ["c2"], pads=[1, 1, 1, 1], group=8),
+             helper.make_node("Clip", ["c2", "lo", "hi"], ["y"])]
+    graph = helper.make_graph(nodes, "relu6", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 10, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 10, 10])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    names = [re.sub(r"\d", "", g.name) for g in fusion_groups(rewrite(model.mod, cpu_target))]
+    assert names == ["transpose", "fused_convd_maximum_minimum", "fused_convd_maximum_minimum", "transpose"], names
+    x = model.random_inputs(0)[0] * 10
+    from autosched.models.build import compile_model
+    from autosched.models.reference import onnxruntime_session, run_onnxruntime
+
+    want = run_onnxruntime(onnxruntime_session(model, 1), model, [x])[0]
+    np.testing.assert_allclose(compile_model(model, cpu_target)(x)[0], want, rtol=1e-5, atol=1e-5)
+    assert want.min() == 0.0 and want.max() == 6.0  # both bounds were hit
 
 
 def test_convolutions_run_channels_last_with_weights_permuted_at_compile_time(cpu_target):
