@@ -81,6 +81,18 @@ def host_cpu() -> str:
     return tvm.target.codegen.llvm_get_system_cpu()
 
 
+def llvm_cpus(triple: str) -> list[str]:
+    """The CPU names (``mcpu``) LLVM knows for a target triple, e.g. neoverse-n1 for aarch64-linux-gnu."""
+    return [str(c) for c in tvm.target.codegen.llvm_get_cpu_archlist(Target({"kind": "llvm", "mtriple": triple}))]
+
+
+def cross_compiler(tool: str) -> Callable[..., Any]:
+    """An ``export_library`` fcompile that links with ``tool`` (e.g. aarch64-linux-gnu-gcc)."""
+    from tvm.support import cc
+
+    return cc.cross_compiler(tool)
+
+
 def as_python(obj: Any) -> Any:
     """Turn TVM containers/immediates (as in ``Trace.as_json()``) into plain JSON-able Python."""
     if isinstance(obj, (list, tuple)) or type(obj).__name__ == "Array":
@@ -153,8 +165,8 @@ def mutate_graph_functions(mod: IRModule, mutator: Any, changed: Callable[[], bo
 
 __all__ = [
     "BufferLoad", "IRModule", "PrimFunc", "PopenPoolExecutor", "SAMPLE_KINDS", "Schedule", "ScheduleError",
-    "TVM_VERSION", "Target", "Trace", "arg_specs", "as_python", "cpu_device", "estimate_flops", "expr_dtype",
-    "host_cpu", "install_fast_inspect", "load_json", "ms", "mutate_graph_functions", "num_threads", "parse_script",
-    "relax", "s_tir", "save_json", "script_namespace", "set_num_threads",
+    "TVM_VERSION", "Target", "Trace", "arg_specs", "as_python", "cpu_device", "cross_compiler", "estimate_flops",
+    "expr_dtype", "host_cpu", "install_fast_inspect", "llvm_cpus", "load_json", "ms", "mutate_graph_functions",
+    "num_threads", "parse_script", "relax", "s_tir", "save_json", "script_namespace", "set_num_threads",
     "structural_equal", "structural_hash", "te", "tirx", "topi", "tvm", "tvm_ffi",
 ]

@@ -3,43 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from autosched._tvm import IRModule, Target, arg_specs, estimate_flops, host_cpu, structural_hash
-from autosched.errors import UserInputError
+from autosched._tvm import IRModule, Target, arg_specs, estimate_flops, structural_hash
+from autosched.targets import make_target, target_json  # noqa: F401  (re-exported: callers import them from here)
 from autosched.workloads import get_workload, reference_outputs
 
 Reference = Callable[[list[np.ndarray]], list[np.ndarray]]
-
-TARGET_ALIASES = {"llvm": "llvm", "cpu": "llvm", "cuda": "nvidia/nvidia-h100", "gpu": "nvidia/nvidia-h100"}
-
-
-def target_json(target: Target) -> str:
-    return json.dumps(json.loads(str(target)), sort_keys=True)
-
-
-def make_target(spec: str, n_threads: int | None = None) -> Target:
-    """'llvm' (this CPU, explicit mcpu), 'cuda', a TVM tag ('nvidia/nvidia-h200') or a JSON dict."""
-    spec = spec.strip()
-    try:
-        if spec.startswith("{"):
-            return Target(json.loads(spec))
-        name = TARGET_ALIASES.get(spec, spec)
-        if name == "llvm":
-            return Target({"kind": "llvm", "mcpu": host_cpu(), "num-cores": n_threads or os.cpu_count() or 1})
-        return Target(name)
-    except (ValueError, RuntimeError, json.JSONDecodeError) as err:
-        raise UserInputError(
-            f"unknown target {spec!r}: use llvm, cuda, a TVM target tag such as nvidia/nvidia-h100, "
-            f"or a JSON dict like '{{\"kind\": \"llvm\", \"mcpu\": \"znver3\"}}'"
-        ) from err
-
 
 def task_key(mod: IRModule, target: Target, space_version: int) -> str:
     text = f"{structural_hash(mod['main'])}|{target_json(target)}|space-v{space_version}"

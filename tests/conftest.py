@@ -7,6 +7,23 @@ from autosched.spaces.trace_space import TraceSearchSpace
 from autosched.tasks import Task, make_target, op_task
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` run only where a CUDA driver (libcuda) and a device are present."""
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if gpu_tests and not _has_cuda_device():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU: no libcuda or no device on this machine")
+        for item in gpu_tests:
+            item.add_marker(skip)
+
+
+def _has_cuda_device() -> bool:
+    import ctypes.util
+
+    from autosched._tvm import tvm
+
+    return ctypes.util.find_library("cuda") is not None and bool(tvm.cuda(0).exist)
+
+
 @pytest.fixture(scope="session")
 def cpu_target():
     return make_target("llvm", 1)

@@ -1,0 +1,129 @@
+"""Targets as data: this CPU, another CPU by cross-compilation, a CUDA GPU by tag or by architecture.
+
+``make_target`` turns what a user types into a full TVM target; the full target JSON is part of every task
+key and record, so a schedule is never applied to a target it was not tuned for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+from collections.abc import Callable
+from typing import Any
+
+from autosched._tvm import Target, cross_compiler, host_cpu, llvm_cpus
+from autosched.errors import UserInputError
+
+TARGET_ALIASES = {"llvm": "llvm", "cpu": "llvm", "cuda": "nvidia/nvidia-h100", "gpu": "nvidia/nvidia-h100"}
+
+# A CUDA architecture -> the TVM tag of a GPU of that architecture, whose limits (max_threads_per_block,
+# max_shared_memory_per_block, registers_per_block, thread_warp_size, ...) an ``sm_XX`` target takes.
+CUDA_ARCH_TAGS = {
+    "sm_70": "nvidia/nvidia-v100", "sm_75": "nvidia/nvidia-t4", "sm_80": "nvidia/nvidia-a100",
+    "sm_86": "nvidia/nvidia-a10", "sm_87": "nvidia/jetson-agx-orin-64gb", "sm_89": "nvidia/geforce-rtx-4090",
+    "sm_90": "nvidia/nvidia-h100", "sm_100": "nvidia/nvidia-b100", "sm_120": "nvidia/geforce-rtx-5060-ti",
+}
+CUDA_ARCH_SPECIFIC = ("sm_90a", "sm_100a", "sm_120a")  # arch-specific features (wgmma, ...): same limits
+CUDA_LIMIT_KEYS = ("max_num_threads", "max_threads_per_block", "max_shared_memory_per_block", "registers_per_block",
+                   "thread_warp_size", "l2_cache_size_bytes")
+
+# Cross-compiled CPUs: name -> (LLVM triple, default mcpu, mattr). Neoverse N1: Graviton2, Ampere Altra.
+CROSS_CPUS = {"aarch64": ("aarch64-linux-gnu", "neoverse-n1", ["+neon"]),
+              "arm64": ("aarch64-linux-gnu", "neoverse-n1", ["+neon"])}
+CROSS_COMPILERS = {"aarch64": "aarch64-linux-gnu-gcc"}  # first part of the triple -> the C cross compiler
+
+TARGET_HINT = ("use llvm (this CPU), aarch64 or aarch64:<mcpu> (cross-compiled), cuda, an architecture such as "
+               "sm_80 or cuda:sm_90, a TVM target tag such as nvidia/nvidia-h100, or a JSON dict like "
+               "'{\"kind\": \"llvm\", \"mcpu\": \"znver3\"}'")
+
+
+def target_json(target: Target) -> str:
+    return json.dumps(json.loads(str(target)), sort_keys=True)
+
+
+def make_target(spec: str, n_threads: int | None = None) -> Target:
+    """A full target from a name: 'llvm' (this CPU, explicit mcpu), 'aarch64[:mcpu]', 'cuda', 'sm_80' or
+    'cuda:sm_80' (that architecture with its GPU's limits), a TVM tag ('nvidia/nvidia-h200') or a JSON dict."""
+    spec = spec.strip()
+    try:
+        if spec.startswith("{"):
+            return _with_cuda_limits(json.loads(spec))
+        name = TARGET_ALIASES.get(spec, spec)
+        if name == "llvm":
+            return Target({"kind": "llvm", "mcpu": host_cpu(), "num-cores": n_threads or os.cpu_count() or 1})
+        arch = name.removeprefix("cuda:")
+        if arch.startswith("sm_"):
+            return cuda_arch_target(arch)
+        if name.split(":")[0] in CROSS_CPUS:
+            return cross_cpu_target(name, n_threads)
+        return Target(name)
+    except UserInputError:
+        raise
+    except (ValueError, RuntimeError, TypeError, AttributeError, json.JSONDecodeError) as err:
+        raise UserInputError(f"unknown target {spec!r}: {TARGET_HINT}") from err
+
+
+def cuda_arch_target(arch: str) -> Target:
+    """A CUDA target for ``arch`` ('sm_80', 'sm_90a') with the limits of the tagged GPU of that architecture."""
+    if arch not in CUDA_ARCH_TAGS and arch not in CUDA_ARCH_SPECIFIC:
+        raise UserInputError(f"unknown CUDA architecture {arch!r}: known {', '.join(CUDA_ARCH_TAGS)}, "
+                             f"{', '.join(CUDA_ARCH_SPECIFIC)} (or give a TVM tag such as nvidia/nvidia-a100)")
+    base = CUDA_ARCH_TAGS[arch.removesuffix("a")]
+    config = {k: v for k, v in json.loads(str(Target(base))).items() if k != "tag"}
+    return Target({**config, "arch": arch})
+
+
+def _with_cuda_limits(config: dict[str, Any]) -> Target:
+    """A JSON target; a CUDA one of a known arch gets its GPU's limits where it lacks them (VerifyGPUCode
+    needs them)."""
+    arch = str(config.get("arch", ""))
+    if config.get("kind") == "cuda" and arch.removesuffix("a") in CUDA_ARCH_TAGS:
+        tag = json.loads(str(Target(CUDA_ARCH_TAGS[arch.removesuffix("a")])))
+        config = {**{k: tag[k] for k in CUDA_LIMIT_KEYS if k in tag}, **config}
+    return Target(config)
+
+
+def cross_cpu_target(name: str, n_threads: int | None = None) -> Target:
+    """'aarch64' or 'aarch64:<mcpu>': an LLVM target for that triple (code generation here, building needs
+    its cross compiler: ``export_compiler``); ``n_threads`` is the device's core count."""
+    family, _, mcpu = name.partition(":")
+    triple, default_cpu, mattr = CROSS_CPUS[family]
+    if mcpu and mcpu not in llvm_cpus(triple):
+        raise UserInputError(f"unknown {family} CPU {mcpu!r} for LLVM: e.g. neoverse-n1, neoverse-v1, neoverse-v2, "
+                             "cortex-a72, cortex-a76, apple-m1")
+    return Target({"kind": "llvm", "mtriple": triple, "mcpu": mcpu or default_cpu, "mattr": mattr,
+                   "num-cores": n_threads or os.cpu_count() or 1})
+
+
+def _triple_arch(target: Target) -> str:
+    """The architecture of an LLVM target's triple ('aarch64'); '' for this machine's (no mtriple) or a GPU's."""
+    return str(target.attrs.get("mtriple", "") or "").split("-")[0] if target.kind.name == "llvm" else ""
+
+
+def _is_host_arch(arch: str) -> bool:
+    here = platform.machine()
+    return arch in ("", here) or {arch, here} <= {"aarch64", "arm64"} or {arch, here} <= {"x86_64", "amd64"}
+
+
+def runs_here(target: Target) -> bool:
+    """Whether this machine can run the target's code: an LLVM target for this machine's architecture."""
+    return target.kind.name == "llvm" and _is_host_arch(_triple_arch(target))
+
+
+def export_compiler(target: Target) -> Callable[..., Any] | None:
+    """The ``fcompile`` that ``export_library`` needs for the target's host code: None (the system compiler)
+    for this machine's architecture; the cross compiler for another; a one-line UserInputError naming the tool
+    when it is not installed."""
+    arch = _triple_arch(target)
+    if _is_host_arch(arch):
+        return None
+    tool = CROSS_COMPILERS.get(arch)
+    if tool is None:
+        raise UserInputError(f"building for {target.attrs['mtriple']} needs a cross compiler autosched does not "
+                             f"know; known: {', '.join(CROSS_COMPILERS.values())}")
+    if shutil.which(tool) is None:
+        raise UserInputError(f"building for {target.attrs['mtriple']} needs the cross compiler {tool}, which is not "
+                             f"on PATH (Debian/Ubuntu: apt-get install gcc-{arch}-linux-gnu)")
+    return cross_compiler(tool)

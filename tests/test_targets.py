@@ -1,0 +1,139 @@
+"""Targets as data: this CPU, CUDA by tag or architecture, aarch64 by cross-compilation; keys carry the target."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autosched import targets
+from autosched._tvm import Target, host_cpu, tvm
+from autosched.errors import UserInputError
+from autosched.paths import data_dir
+from autosched.spaces.settings import settings_for
+from autosched.targets import cross_cpu_target, export_compiler, make_target, runs_here, target_json
+from autosched.tasks import op_task
+
+# Shipped tuning logs are keyed by the CPU target JSON and the CPU search space: both must never change by accident.
+CPU_TARGET_JSON = '{"keys": ["cpu"], "kind": "llvm", "mcpu": "%s", "num-cores": 2, "tag": ""}'
+CPU_MATMUL_KEY_ZNVER3 = "c564cc688163428354b1"  # matmul 32x32x32, make_target("llvm", 2) on a znver3, cpu.toml v2
+CPU_TOML_SHA256 = "26b66581a77b214a60cdfbb686172d14285ad269ef45dfbc95c92acdab8d449f"
+
+
+def test_cpu_target_json_is_unchanged():
+    assert target_json(make_target("llvm", 2)) == CPU_TARGET_JSON % host_cpu()
+    assert target_json(make_target("cpu", 2)) == CPU_TARGET_JSON % host_cpu()
+    from autosched import tasks  # the names callers have always imported from autosched.tasks
+
+    assert tasks.make_target is make_target and tasks.target_json is target_json
+
+
+def test_cpu_task_key_is_unchanged(monkeypatch):
+    monkeypatch.setattr(targets, "host_cpu", lambda: "znver3")  # the key on any machine, as on a znver3
+    target = make_target("llvm", 2)
+    assert op_task("matmul", (32, 32, 32), target, settings_for(target).version).key == CPU_MATMUL_KEY_ZNVER3
+
+
+def test_cpu_search_space_file_is_unchanged():
+    text = (data_dir("search_spaces") / "cpu.toml").read_bytes()
+    assert hashlib.sha256(text).hexdigest() == CPU_TOML_SHA256, (
+        "cpu.toml changed: shipped tuning logs depend on it; bump its version and update this hash on purpose")
+
+
+@pytest.mark.parametrize("spec,tag,arch", [("sm_80", "nvidia/nvidia-a100", "sm_80"),
+                                           ("cuda:sm_80", "nvidia/nvidia-a100", "sm_80"),
+                                           ("sm_90", "nvidia/nvidia-h100", "sm_90"),
+                                           ("sm_90a", "nvidia/nvidia-h100", "sm_90a"),
+                                           ("cuda:sm_89", "nvidia/geforce-rtx-4090", "sm_89")])
+def test_cuda_architecture_takes_the_limits_of_its_gpu(spec, tag, arch):
+    target, reference = make_target(spec), json.loads(str(Target(tag)))
+    assert target.kind.name == "cuda" and str(target.attrs["arch"]) == arch
+    for key in ("max_threads_per_block", "max_shared_memory_per_block", "registers_per_block", "thread_warp_size",
+                "max_num_threads", "l2_cache_size_bytes"):
+        assert int(target.attrs[key]) == reference[key], key
+
+
+def test_cuda_tag_and_alias_still_work():
+    assert str(make_target("nvidia/nvidia-a100").attrs["arch"]) == "sm_80"
+    assert target_json(make_target("cuda")) == target_json(Target("nvidia/nvidia-h100"))
+
+
+def test_a_json_cuda_target_gets_the_limits_it_lacks():
+    target = make_target('{"kind": "cuda", "arch": "sm_80", "max_shared_memory_per_block": 65536}')
+    assert int(target.attrs["max_shared_memory_per_block"]) == 65536  # given: kept
+    assert int(target.attrs["max_threads_per_block"]) == 1024 and int(target.attrs["registers_per_block"]) == 65536
+
+
+def test_the_full_target_is_in_the_task_key():
+    keys = {spec: op_task("matmul", (64, 64, 64), t := make_target(spec), settings_for(t).version).key
+            for spec in ("sm_80", "sm_90", "sm_90a", "aarch64", "llvm")}
+    assert len(set(keys.values())) == len(keys)
+
+
+def test_aarch64_is_an_llvm_cross_target():
+    target = make_target("aarch64", 4)
+    assert target.kind.name == "llvm" and str(target.attrs["mtriple"]) == "aarch64-linux-gnu"
+    assert str(target.attrs["mcpu"]) == "neoverse-n1" and list(target.attrs["mattr"]) == ["+neon"]
+    assert int(target.attrs["num-cores"]) == 4 and not runs_here(target)
+    assert str(make_target("aarch64:cortex-a76").attrs["mcpu"]) == "cortex-a76"
+    assert target_json(make_target("arm64", 4)) == target_json(target)
+    assert runs_here(make_target("llvm")) and not runs_here(make_target("sm_80"))
+    assert settings_for(target).name == "cpu"  # same search space as any LLVM CPU (the key differs by target)
+
+
+def test_aarch64_code_generation_without_a_cross_toolchain(tmp_path):
+    target = make_target("aarch64", 4)
+    task = op_task("matmul", (32, 32, 32), target, settings_for(target).version)
+    ex = tvm.compile(task.mod, target=target)
+    asm = ex.mod.inspect_source("asm")
+    assert "fmla" in asm or "fmul" in asm  # AArch64 floating-point instructions
+    ex.mod.write_to_file(str(tmp_path / "matmul.o"))
+    header = (tmp_path / "matmul.o").read_bytes()[:20]
+    assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # e_machine EM_AARCH64
+
+
+def test_building_aarch64_without_its_cross_compiler_names_the_tool(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty PATH: no cross compiler, whatever is installed
+    with pytest.raises(UserInputError) as err:
+        export_compiler(make_target("aarch64"))
+    message = str(err.value)
+    assert "\n" not in message and "aarch64-linux-gnu-gcc" in message and "apt-get install" in message
+    assert export_compiler(make_target("llvm")) is None and export_compiler(make_target("sm_80")) is None
+
+
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-gcc") is None, reason="aarch64-linux-gnu-gcc is not installed")
+def test_aarch64_library_links_with_the_cross_compiler(tmp_path):
+    target = cross_cpu_target("aarch64", 2)
+    ex = tvm.compile(op_task("matmul", (16, 16, 16), target, 2).mod, target=target)
+    ex.export_library(str(tmp_path / "m.so"), fcompile=export_compiler(target))
+    assert os.path.getsize(tmp_path / "m.so") > 0
+
+
+@pytest.mark.parametrize("spec,words", [("bogus", ["unknown target 'bogus'", "sm_80", "aarch64", "nvidia/nvidia-h100"]),
+                                        ("sm_99", ["unknown CUDA architecture 'sm_99'", "sm_80", "sm_90"]),
+                                        ("sm_80a", ["unknown CUDA architecture 'sm_80a'"]),
+                                        ("aarch64:pentium", ["unknown aarch64 CPU 'pentium'", "neoverse-n1"]),
+                                        ("[]", ["unknown target '[]'"])])
+def test_unknown_targets_are_one_line_errors(spec, words):
+    with pytest.raises(UserInputError) as err:
+        make_target(spec)
+    message = str(err.value)
+    assert "\n" not in message and all(w in message for w in words), message
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(st.text(max_size=24), st.sampled_from(["sm_", "cuda:", "aarch64:", "arm64:", "sm_90a", "cuda:sm_"])
+                 .flatmap(lambda p: st.text(max_size=8).map(lambda t: p + t)),
+                 st.text(max_size=16).map(lambda t: '{"kind": "cuda", "arch": ' + t + "}")))
+def test_any_text_is_a_target_or_a_one_line_error(spec):
+    try:
+        target = make_target(spec)
+    except UserInputError as err:
+        assert "\n" not in str(err)
+    else:
+        assert isinstance(target, Target)
