@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from autosched.db.base import Database, TaskRow
+from autosched.db.base import LEASE_S, Claim, Database, TaskRow
+from autosched.db.leases import Leases
 from autosched.db.memory import MemoryDatabase
 from autosched.db.sql import SQLDatabase
 
@@ -23,4 +24,4 @@ def open_database(path_or_url: str | Database, create: bool = True) -> Database:
     return SQLDatabase(path_or_url, create=create)
 
 
-__all__ = ["Database", "MemoryDatabase", "SQLDatabase", "TaskRow", "open_database"]
+__all__ = ["LEASE_S", "Claim", "Database", "Leases", "MemoryDatabase", "SQLDatabase", "TaskRow", "open_database"]

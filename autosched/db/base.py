@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autosched.records import Status, TuningRecord
 
+if TYPE_CHECKING:
+    from autosched.db.leases import Leases
+
 SCHEMA_VERSION = 2  # v2 (autosched 0.2): records.predicted_score
+LEASE_S = 60.0  # a claim's life after its last renewal: a dead worker's tasks go to the others after this
 
 
 @dataclass
@@ -20,6 +24,16 @@ class TaskRow:
     workload_json: str  # tvm.ir.save_json of the task's IRModule
     flops: float
     info: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A worker's lease on a task: no other worker tunes the task until it is released or expires."""
+
+    task_key: str
+    worker_id: str
+    expires_at: float  # seconds since the epoch, by the database's clock (one clock for all machines)
+    n_trials: int = 0  # measurements the worker plans under it (reserved from a budget shared by the workers)
 
 
 class Database(abc.ABC):
@@ -41,8 +55,36 @@ class Database(abc.ABC):
     def optuna_storage(self) -> Any:
         """Where Optuna keeps its studies (the same database, so runs resume)."""
 
+    @abc.abstractmethod
+    def claim(self, task_key: str, worker_id: str, lease_s: float = LEASE_S, n_trials: int = 0) -> bool:
+        """Take (or renew) the task for ``lease_s`` seconds unless another worker's claim on it is live; atomic:
+        of workers claiming at once, one wins."""
+
+    @abc.abstractmethod
+    def renew(self, task_key: str, worker_id: str, lease_s: float = LEASE_S) -> bool:
+        """Extend the worker's claim by ``lease_s`` from now; False if it holds none (released, or expired and
+        taken over)."""
+
+    @abc.abstractmethod
+    def release(self, task_key: str, worker_id: str) -> None:
+        """End the worker's claim on the task (no-op if it holds none)."""
+
+    @abc.abstractmethod
+    def claims(self) -> list[Claim]:
+        """The live (unexpired) claims."""
+
+    def leases(self) -> Leases:
+        """This process's claims on the database: one holder (worker id, heartbeat) per Database object."""
+        if "_leases" not in self.__dict__:
+            from autosched.db.leases import Leases
+
+            self.__dict__["_leases"] = Leases(self)
+        return self.__dict__["_leases"]
+
     def close(self) -> None:
-        """Release connections."""
+        """Release connections (and this process's claims)."""
+        if "_leases" in self.__dict__:
+            self.__dict__["_leases"].close()
 
     # --- concrete helpers on top of the interface ---------------------------------------------------------
     def task(self, task_key: str) -> TaskRow | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from autosched.db.base import SCHEMA_VERSION, Database, TaskRow
+from autosched.db.base import LEASE_S, SCHEMA_VERSION, Claim, Database, TaskRow
 from autosched.errors import DatabaseError
 from autosched.records import Status, TuningRecord
 
@@ -56,6 +56,16 @@ record_table = sa.Table(
     sa.Column("predicted_score", sa.Float),
 )
 
+# Workers' leases on tasks (see autosched/db/leases.py). Not part of the schema version: created where missing on
+# first use (older databases gain it then), never exported. No foreign key: a task is claimed before it is stored.
+claim_table = sa.Table(
+    "autosched_claims", _META,
+    sa.Column("task_key", sa.String(64), primary_key=True),
+    sa.Column("worker_id", sa.String(255), nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),  # seconds since the epoch, by the database's clock
+    sa.Column("n_trials", sa.Integer, nullable=False),
+)
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -90,6 +100,8 @@ def _check_sqlite_file(path: Path) -> None:
 
 
 class SQLDatabase(Database):
+    _claims_ready = False  # the claims table is known to exist
+
     def __init__(self, path_or_url: str, create: bool = True):
         self.url = to_url(path_or_url)
         if self.url.startswith("sqlite:///") and ":memory:" not in self.url:
@@ -233,6 +245,58 @@ class SQLDatabase(Database):
             row = conn.execute(query).mappings().first()
         return _to_record(row) if row else None
 
+    # --- claims (workers' leases on tasks) --------------------------------------------------------------------
+    def _now(self) -> sa.ColumnElement[float]:
+        """The database's clock in epoch seconds, so workers on machines whose clocks differ agree on expiry."""
+        dialect = self.engine.dialect.name
+        if dialect == "sqlite":
+            return sa.literal_column("((julianday('now') - 2440587.5) * 86400.0)", sa.Float)
+        if dialect == "postgresql":
+            return sa.cast(sa.literal_column("extract(epoch from clock_timestamp())"), sa.Float)
+        return sa.literal(time.time(), sa.Float)  # other servers: this machine's clock
+
+    def _claims_table(self) -> sa.Table:
+        """The claims table, created if missing (an older database) with CREATE TABLE IF NOT EXISTS."""
+        if not self._claims_ready:
+            def create() -> None:
+                with self.engine.begin() as conn:
+                    conn.execute(sa.schema.CreateTable(claim_table, if_not_exists=True))
+
+            with self._errors():
+                _retry_while_another_creates(create)
+            self._claims_ready = True
+        return claim_table
+
+    def claim(self, task_key: str, worker_id: str, lease_s: float = LEASE_S, n_trials: int = 0) -> bool:
+        c, now = self._claims_table().c, self._now()
+        values = {"worker_id": worker_id, "expires_at": now + lease_s, "n_trials": n_trials}
+        try:  # one transaction: take a row that is ours or expired, else insert one (fails if a live one exists)
+            with self._errors(), self.engine.begin() as conn:
+                taken = conn.execute(claim_table.update().where(c.task_key == task_key)
+                                     .where(sa.or_(c.worker_id == worker_id, c.expires_at < now)).values(**values))
+                if taken.rowcount != 1:
+                    conn.execute(claim_table.insert().values(task_key=task_key, **values))
+        except sa.exc.IntegrityError:  # the row exists: another worker's live claim, or one inserted just now
+            return False
+        return True
+
+    def renew(self, task_key: str, worker_id: str, lease_s: float = LEASE_S) -> bool:
+        c = self._claims_table().c
+        with self._errors(), self.engine.begin() as conn:
+            return conn.execute(claim_table.update().where(c.task_key == task_key).where(c.worker_id == worker_id)
+                                .values(expires_at=self._now() + lease_s)).rowcount == 1
+
+    def release(self, task_key: str, worker_id: str) -> None:
+        c = self._claims_table().c
+        with self._errors(), self.engine.begin() as conn:
+            conn.execute(claim_table.delete().where(c.task_key == task_key).where(c.worker_id == worker_id))
+
+    def claims(self) -> list[Claim]:
+        c = self._claims_table().c
+        with self._errors(), self.engine.connect() as conn:
+            rows = conn.execute(sa.select(claim_table).where(c.expires_at >= self._now())).all()
+        return [Claim(r.task_key, r.worker_id, r.expires_at, r.n_trials) for r in rows]
+
     def optuna_storage(self) -> Any:
         if self._storage is None:
             import optuna
@@ -242,6 +306,7 @@ class SQLDatabase(Database):
         return self._storage
 
     def close(self) -> None:
+        super().close()
         if self._storage is not None:
             self._storage.remove_session()
             self._storage.engine.dispose()

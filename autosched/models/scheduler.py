@@ -18,11 +18,16 @@ being its whole contribution, so the heaviest tasks may get second rounds before
 and the time decides how far down the list the search gets. A round is only started if it is expected
 (from the seconds per trial of the rounds so far) to end before the time runs out; the last one is shortened
 to fit.
+
+Many workers, one database: each worker runs its own scheduler over the shared counts (``observe`` takes in what
+the others measured), skips the tasks they hold (``busy``) and leaves the trials of their rounds in flight
+(``reserved``) to them, so together they spend the budget one worker would.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from autosched.tasks import Task
@@ -89,6 +94,7 @@ class TaskScheduler:
         """``total_trials``: measurements of all tasks together (earlier runs included); None = no limit."""
         self.states, self.total_trials, self.round_trials = states, total_trials, round_trials
         self.backward_weight = backward_weight
+        self.reserved = 0  # trials of other workers' rounds in flight (claimed, not yet measured)
 
     @property
     def trials_done(self) -> int:
@@ -96,8 +102,8 @@ class TaskScheduler:
 
     @property
     def trials_left(self) -> float:
-        """Of the trial budget (inf: no limit)."""
-        return INF if self.total_trials is None else self.total_trials - self.trials_done
+        """Of the trial budget, less what other workers have reserved (inf: no limit)."""
+        return INF if self.total_trials is None else self.total_trials - self.trials_done - self.reserved
 
     @property
     def estimated_latency_s(self) -> float:
@@ -127,10 +133,11 @@ class TaskScheduler:
         baselines = [t.baseline_s for t in self.states if t.baseline_s > 0]
         return statistics.median(baselines) if baselines else 0.0
 
-    def next_task(self, time_left_s: float = INF) -> TaskState | None:
-        """The task to give the next round to; None when the trial budget is spent, every space is exhausted,
-        or no round is expected to end within ``time_left_s``."""
-        open_states = [s for s in self.states if not (s.exhausted or s.cheap) and self.round_size(s, time_left_s)]
+    def next_task(self, time_left_s: float = INF, busy: Collection[str] = ()) -> TaskState | None:
+        """The task to give the next round to, leaving out the keys in ``busy`` (held by other workers); None when
+        the trial budget is spent, every space is exhausted, or no round is expected to end within ``time_left_s``."""
+        open_states = [s for s in self.states if not (s.exhausted or s.cheap or (busy and s.task.key in busy))
+                       and self.round_size(s, time_left_s)]
         if not open_states:
             return None
         fresh = [s for s in open_states if self._fresh(s)]
@@ -144,6 +151,12 @@ class TaskScheduler:
         per_trial = self.s_per_trial(s)
         fits = time_left_s / per_trial if per_trial > 0 else INF
         return int(max(min(self.round_trials, self.trials_left, fits), 0))
+
+    def observe(self, s: TaskState, n_trials: int, best_s: float) -> None:
+        """The task's counts in the database, where other workers may have measured it since."""
+        if n_trials > s.n_trials or best_s < s.best_s:
+            s.n_trials, s.best_s = max(n_trials, s.n_trials), min(best_s, s.best_s)
+            s.history.append(s.estimate_s)
 
     def update(self, s: TaskState, n_trials: int, best_s: float, exhausted: bool, round_s: float = 0.0,
                n_new: int = 0) -> None:

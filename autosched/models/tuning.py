@@ -6,10 +6,17 @@ scheduler expects to gain the most. A deadline is checked before each baseline, 
 schedules, each round (the scheduler only starts one expected to end in time) and, in ``tune_task``, before
 each batch of a round (a batch whose proposals took the time left is dropped). Everything measured is in
 the database when it stops.
+
+Many workers (processes or machines) can tune one model on one database: each step on a task (its baseline, its
+default schedule, a round) is taken under the task's claim (``Database.leases``), so no two workers work on a
+task at once; a worker skips the tasks others hold, waits when only those are left, and counts everyone's
+measurements against the one budget.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import statistics
 import time
@@ -18,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autosched._tvm import as_python, save_json
-from autosched.db import Database, TaskRow
+from autosched.db import Database, Leases, TaskRow
 from autosched.errors import ReferenceBuildError, UserInputError
 from autosched.models.scheduler import INF, TaskScheduler, TaskState, mark_cheap
 from autosched.records import Candidate, Status, TuningRecord, schedule_key
@@ -84,12 +91,15 @@ class ModelTuneResult:
         return len(self.states) - self.n_default
 
 
+def _stored_baseline(task: Task, db: Database) -> TuningRecord | None:
+    return next((r for r in db.records(task.key) if r.decisions == BASELINE_DECISIONS), None)
+
+
 def measured_baseline(session, task: Task, db: Database) -> TuningRecord:
     """The task's default build, measured once and kept in the database as a record (so a tuned model never
     uses a schedule slower than no schedule, and a resumed run does not measure it again)."""
-    for rec in db.records(task.key):
-        if rec.decisions == BASELINE_DECISIONS:
-            return rec
+    if (rec := _stored_baseline(task, db)) is not None:
+        return rec
     db.commit_task(TaskRow(task.key, task.name, task.target_json, task.space_version, save_json(task.mod),
                            task.flops, task.info))
     rec = baseline_record(task, session.measure_unscheduled(task))
@@ -110,26 +120,34 @@ def _baseline_state(session, task: Task, db: Database, clock: Callable[[], float
 def measure_baselines(session, tasks: list[Task], db: Database, deadline: Deadline,
                       report: Callable[[str], None]) -> list[TaskState]:
     """Each task's baseline in turn, while one more is expected to end before the deadline (at the median of
-    this run's baselines, leaving out the first: it starts the worker processes)."""
+    this run's baselines, leaving out the first: it starts the worker processes). Baselines already in the
+    database come first; one to measure is measured under the task's claim, and one another worker holds comes
+    after the others (when its claim ends, its baseline is usually in the database)."""
     states: list[TaskState] = []
     timed: list[float] = []
     measured_any = False
-    for i, task in enumerate(tasks):
-        if not deadline.allows(statistics.median(timed) if timed else 0.0):
-            log.info("time budget reached after %d of %d untuned baselines", i, len(tasks))
-            break
-        report(f"untuned build {i + 1}/{len(tasks)}: {task.name}")
-        try:
-            state, seconds = _baseline_state(session, task, db, deadline.clock)
-        except ReferenceBuildError as err:  # one task without a reference is not tuned; the model goes on
-            log.warning("%s: not tuned: %s", task.name, err)
-            continue
-        if seconds and measured_any:
-            state.baseline_s = seconds
-            timed.append(seconds)
-        measured_any = measured_any or seconds > 0
-        states.append(state)
-    return states
+    by_key = {t.key: t for t in tasks}
+    in_db = [k for k, t in by_key.items() if _stored_baseline(t, db) is not None]  # read without a claim
+    to_measure = [k for k in by_key if k not in in_db]
+    with contextlib.closing(db.leases().in_turn(to_measure, deadline.left_s)) as in_turn:
+        for i, key in enumerate(itertools.chain(in_db, in_turn)):
+            task = by_key[key]
+            if not deadline.allows(statistics.median(timed) if timed else 0.0):
+                log.info("time budget reached after %d of %d untuned baselines", i, len(tasks))
+                break
+            report(f"untuned build {i + 1}/{len(tasks)}: {task.name}")
+            try:
+                state, seconds = _baseline_state(session, task, db, deadline.clock)
+            except ReferenceBuildError as err:  # one task without a reference is not tuned; the model goes on
+                log.warning("%s: not tuned: %s", task.name, err)
+                continue
+            if seconds and measured_any:
+                state.baseline_s = seconds
+                timed.append(seconds)
+            measured_any = measured_any or seconds > 0
+            states.append(state)
+    order = {key: i for i, key in enumerate(by_key)}
+    return sorted(states, key=lambda s: order[s.task.key])
 
 
 def default_candidate(task: Task, db: Database, seed: int) -> Candidate | None:
@@ -151,23 +169,57 @@ def default_candidate(task: Task, db: Database, seed: int) -> Candidate | None:
 
 
 def measure_defaults(session, scheduler: TaskScheduler, db: Database, deadline: Deadline,
-                     report: Callable[[str], None]) -> bool:
+                     report: Callable[[str], None]) -> tuple[bool, int]:
     """The cheap tasks' default schedules, a batch at a time (each a trial of the budget), kept as records so
-    ``compile`` uses the faster of the default schedule and the untuned build. False if time ran out."""
-    todo, started, n_batches = [s for s in scheduler.states if s.cheap], deadline.clock(), 0
+    ``compile`` uses the faster of the default schedule and the untuned build. Tasks other workers hold wait
+    for a later batch. Returns False if time ran out, and how many this worker measured."""
+    todo, started, n_batches, n_new = [s for s in scheduler.states if s.cheap], deadline.clock(), 0, 0
+    leases = db.leases()
     while todo and scheduler.trials_left > 0:
         if not deadline.allows_another(started, n_batches):
-            return False
+            return False, n_new
         n = int(min(session.config.batch_size, scheduler.trials_left))
-        batch, todo, n_batches = todo[:n], todo[n:], n_batches + 1
-        cands = [(s, c) for s in batch if (c := default_candidate(s.task, db, session.config.seed)) is not None]
-        builds = session.builder.build([c for _, c in cands]) if cands else []
-        for (s, cand), build in zip(cands, builds, strict=True):
-            res = session.runner.run([build], session.prepare_io(s.task))[0]
-            db.commit([to_record(s.task, cand, res)])
-            s.n_trials, s.best_s = s.n_trials + 1, min(s.best_s, res.latency_s)
-            report(f"default schedule: {s.task.name}")
-    return True
+        batch: list[TaskState] = []
+        for s in todo:  # the first n that no other worker holds
+            if len(batch) < n and leases.try_hold(s.task.key):
+                batch.append(s)
+        if not batch:  # all held by other workers: look again soon
+            time.sleep(leases.poll_s)
+            refresh(scheduler, db, leases)
+            continue
+        todo, n_batches = [s for s in todo if s not in batch], n_batches + 1
+        try:
+            n_new += _measure_defaults(session, batch, db, report)
+        finally:
+            for s in batch:
+                leases.release(s.task.key)
+        refresh(scheduler, db, leases)
+    return True, n_new
+
+
+def _measure_defaults(session, batch: list[TaskState], db: Database, report: Callable[[str], None]) -> int:
+    cands = [(s, c) for s in batch if (c := default_candidate(s.task, db, session.config.seed)) is not None]
+    builds = session.builder.build([c for _, c in cands]) if cands else []
+    for (s, cand), build in zip(cands, builds, strict=True):
+        res = session.runner.run([build], session.prepare_io(s.task))[0]
+        db.commit([to_record(s.task, cand, res)])
+        s.n_trials, s.best_s = s.n_trials + 1, min(s.best_s, res.latency_s)
+        report(f"default schedule: {s.task.name}")
+    return len(cands)
+
+
+def refresh(scheduler: TaskScheduler, db: Database, leases: Leases) -> set[str]:
+    """Take in what other workers measured, and reserve the trials of their rounds in flight; returns the keys of
+    this model's tasks they hold."""
+    for s in scheduler.states:
+        n = db.n_measured(s.task.key)
+        if n != s.n_trials:
+            best = db.best(s.task.key, s.task.target_json)
+            scheduler.observe(s, n, best.latency_s if best else INF)
+    others = leases.others()
+    busy = {s.task.key for s in scheduler.states if s.task.key in others}
+    scheduler.reserved = sum(others[key].n_trials for key in busy)
+    return busy
 
 
 def share_sibling_bests(task: Task, strategies: dict, tasks: dict[str, Task], db: Database) -> None:
@@ -193,9 +245,13 @@ class _Rounds:
     scheduler: TaskScheduler
     report: Callable[[str], None]
     strategies: dict = field(default_factory=dict)
+    n_known: dict[str, int] = field(default_factory=dict)  # measurements of each task after this worker's round
+    n_new: int = 0
 
     def run(self, state: TaskState) -> None:
         task, started = state.task, self.deadline.clock()
+        if self.n_known.get(task.key, state.n_trials) != state.n_trials:  # another worker had rounds since ours:
+            self.strategies.pop(task.key, None)  # a fresh strategy knows what it measured (no schedule twice)
         if task.key not in self.strategies:
             self.strategies[task.key] = self.session.strategy(task, self.db)
         share_sibling_bests(task, self.strategies, {s.task.key: s.task for s in self.scheduler.states}, self.db)
@@ -209,6 +265,7 @@ class _Rounds:
         self.scheduler.update(state, result.n_measured, result.best_latency_s,
                               exhausted=result.n_measured < want and not result.out_of_time,
                               round_s=self.deadline.clock() - started, n_new=result.n_new)
+        self.n_known[task.key], self.n_new = state.n_trials, self.n_new + result.n_new
         self.report(task.name)
 
 
@@ -234,10 +291,32 @@ def tune_model_tasks(session, tasks: list[Task], db: Database, trials_per_task: 
     scheduler = TaskScheduler(states, total, session.config.batch_size)
     done_at_start, untuned = scheduler.trials_done, scheduler.estimated_latency_s
     report("")
-    in_time = len(states) == len(tasks) and measure_defaults(session, scheduler, db, deadline, report)
+    in_time, n_defaults = len(states) == len(tasks), 0
+    if in_time:
+        in_time, n_defaults = measure_defaults(session, scheduler, db, deadline, report)
     rounds = _Rounds(session, db, deadline, scheduler, report)
-    while in_time and (state := scheduler.next_task(deadline.left_s())) is not None:
-        rounds.run(state)
+    while in_time and _next_round(rounds, db.leases()):
+        pass
     out_of_time = not in_time or scheduler.next_task() is not None
-    return ModelTuneResult(states, time.perf_counter() - start, scheduler.trials_done - done_at_start,
+    return ModelTuneResult(states, time.perf_counter() - start, n_defaults + rounds.n_new,
                            [t for t in tasks if t.key not in {s.task.key for s in states}], out_of_time)
+
+
+def _next_round(rounds: _Rounds, leases: Leases) -> bool:
+    """One round on the best task no other worker holds, or a short wait while they hold the only ones left;
+    False when there is nothing left to do (budget spent, spaces exhausted, out of time)."""
+    scheduler, deadline = rounds.scheduler, rounds.deadline
+    busy = refresh(scheduler, rounds.db, leases)
+    state = scheduler.next_task(deadline.left_s(), busy)
+    if state is None:
+        spent = scheduler.total_trials is not None and scheduler.trials_done >= scheduler.total_trials
+        if not busy or spent or deadline.left_s() <= leases.poll_s:
+            return False
+        time.sleep(leases.poll_s)  # their rounds may end short (exhausted) or their tasks may be next best
+        return True
+    if leases.try_hold(state.task.key, scheduler.round_size(state, deadline.left_s())):
+        try:
+            rounds.run(state)
+        finally:
+            leases.release(state.task.key)
+    return True  # else another worker took it a moment ago: choose again
