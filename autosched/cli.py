@@ -30,7 +30,8 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--func", metavar="PATH.py:NAME",
                    help="a tensor program in a Python file: a TE tensor or list of tensors, a TIR PrimFunc, an "
                         "IRModule (one PrimFunc, or a Relax model), or a function without arguments returning one")
-    p.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, a TVM tag, or a JSON dict")
+    p.add_argument("--target", default="llvm", help="llvm (this CPU), aarch64[:MCPU], cuda, sm_80, cuda:sm_90, a TVM "
+                   "tag (nvidia/nvidia-a100) or a JSON dict")
     p.add_argument("--trials", type=int, help="measured candidates per task, earlier runs included (64)")
     p.add_argument("--time", type=parse_duration, metavar="DURATION",
                    help="a model's wall-time budget (90s, 10m, 1.5h or seconds), baselines included; with --trials "
@@ -47,6 +48,11 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-transfer", action="store_true",
                    help="do not start from the shipped cross-task cost model (learn online only)")
     p.add_argument("--transfer-model", help="a saved cost-model folder to start from instead of the shipped one")
+    p.add_argument("--rpc", metavar="HOST:PORT", help="measure on the devices registered at this TVM RPC tracker "
+                                                       "(python -m tvm.exec.rpc_tracker), one candidate per device "
+                                                       "at a time; builds stay on this machine")
+    p.add_argument("--key", metavar="KEY", help="with --rpc: the key the devices registered under "
+                                                "(python -m tvm.exec.rpc_server --tracker HOST:PORT --key KEY)")
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true", help="no progress bar and no table: one line at the end")
     shown.add_argument("--json", action="store_true",

@@ -35,7 +35,8 @@ def _config(args: argparse.Namespace) -> TuneConfig:
     try:
         cfg = base.replace(n_trials=args.trials, sampler=args.sampler, seed=args.seed, n_threads=args.threads,
                            batch_size=args.batch, cost_model=args.cost_model,
-                           transfer=False if args.no_transfer else None, transfer_model=args.transfer_model)
+                           transfer=False if args.no_transfer else None, transfer_model=args.transfer_model,
+                           rpc=getattr(args, "rpc", None), rpc_key=getattr(args, "key", None))
     except UserInputError as e:  # name the flag, not the config field, when a flag gave the value
         flags = (("n_trials", "trials"), ("seed", "seed"), ("n_threads", "threads"), ("batch_size", "batch"))
         for field, flag in flags:
@@ -51,6 +52,10 @@ def _config(args: argparse.Namespace) -> TuneConfig:
         raise UnknownNameError("sampler", cfg.sampler, list(SAMPLERS))
     if cfg.cost_model not in COST_MODELS:  # a --config file can name one
         raise UnknownNameError("cost model", cfg.cost_model, list(COST_MODELS))
+    if cfg.rpc:  # an unreachable tracker or a key without devices: refused before the database opens
+        from autosched.measure.rpc import check_tracker
+
+        check_tracker(cfg.rpc, cfg.rpc_key)
     return cfg
 
 
@@ -81,11 +86,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _measurable_target(spec: str, n_threads: int):
+    from autosched.targets import runs_here
     from autosched.tasks import make_target
 
     target = make_target(spec, n_threads)
     if target.kind.name != "llvm":
         raise UserInputError(f"measuring on {target.kind.name} needs that device; this command measures on llvm (CPU)")
+    if not runs_here(target):
+        raise UserInputError(f"this machine cannot run code for {target.attrs['mtriple']}: tune on such a machine "
+                             "(cross-compiled measurement is not supported yet)")
     return target
 
 

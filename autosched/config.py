@@ -42,6 +42,8 @@ class TuneConfig:
     explore: float = 0.125  # share of each batch picked at random (designs the model ranks low get their own share)
     rtol: float = 1e-3  # output check against the reference
     atol: float = 1e-4  # relative to the largest reference value
+    rpc: str = ""  # HOST:PORT of a TVM RPC tracker: measure on its devices ("" = on this machine)
+    rpc_key: str = ""  # with rpc: the key the devices registered under (rpc_server --key)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):  # a config file or an API call can give any value: check each
@@ -55,6 +57,11 @@ class TuneConfig:
             raise UserInputError(f"time_budget_s must be a number of seconds >= 0 (0 = none), got {budget!r}")
         if not isinstance(share, int | float) or not 0 <= share < 1:
             raise UserInputError(f"cheap_share must be a number in [0, 1), got {share!r}")
+        if self.rpc:
+            parse_tracker_address(self.rpc)
+        if bool(self.rpc) != bool(self.rpc_key):
+            raise UserInputError("config: rpc (--rpc HOST:PORT) and rpc_key (--key KEY) go together: give both "
+                                 "to measure on a tracker's devices, or neither to measure here")
 
     @property
     def threads(self) -> int:
@@ -100,6 +107,14 @@ def _check_field(name: str, value: Any, default: Any) -> None:
 
 
 _KIND_NAMES = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}
+
+
+def parse_tracker_address(text: str) -> tuple[str, int]:
+    """(host, port) from ``HOST:PORT``; anything else: UserInputError."""
+    host, _, port = text.strip().rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserInputError(f"--rpc {text!r}: give the tracker's address as HOST:PORT, e.g. 127.0.0.1:9190")
+    return host.strip("[]"), int(port)
 
 
 def parse_duration(text: str) -> float:

@@ -22,6 +22,7 @@ def _load(args: argparse.Namespace, n_threads: int):
     """(model, target, fused module) from the command's MODEL, --input, --target and thread count."""
     from autosched.api import load_model
     from autosched.models.frontends import parse_input_shapes
+    from autosched.targets import runs_here
     from autosched.tasks import make_target
 
     for flag, value in (("--threads", n_threads), ("--repeat", getattr(args, "repeat", 1))):
@@ -31,6 +32,9 @@ def _load(args: argparse.Namespace, n_threads: int):
     target = make_target(args.target, n_threads)
     if target.kind.name != "llvm":
         raise UserInputError(f"measuring on {target.kind.name} needs that device; models run on llvm (CPU) here")
+    if not runs_here(target):
+        raise UserInputError(f"this machine cannot run code for {target.attrs['mtriple']}: tune and run on such a "
+                             "machine (cross-compiled measurement is not supported yet)")
     mode = mode_of(args)
     if hasattr(args.model, "mod"):  # --func's Model
         model = args.model

@@ -97,6 +97,17 @@ def check_tvm_version(db: Database, task: Task) -> None:
             "--db, or use the TVM that wrote them")
 
 
+def make_runner(cfg: TuneConfig) -> Runner:
+    """The runner the config asks for: on this machine, or on the devices under ``rpc_key`` at ``rpc``."""
+    args = (cfg.run_timeout_s, cfg.repeat, cfg.min_repeat_ms, cfg.rtol, cfg.atol)
+    if cfg.rpc:
+        from autosched.measure.rpc import RPCRunner
+
+        # n_threads 0: the remote device's own default (all its cores), not this machine's core count
+        return RPCRunner(cfg.rpc, cfg.rpc_key, cfg.n_threads or None, *args, cutoff_ratio=cfg.cutoff_ratio)
+    return LocalRunner(cfg.threads, *args, cutoff_ratio=cfg.cutoff_ratio)
+
+
 class TuningSession:
     """Owns the worker processes and the scratch folder; use as a context manager."""
 
@@ -107,9 +118,7 @@ class TuningSession:
         self._reference_libraries: dict[str, str] = {}  # task key -> its unscheduled library, until measured
         self.builder = builder or LocalBuilder(target_json, config.n_build_workers or None, config.build_timeout_s,
                                                work_dir=self._tmp.name)
-        self.runner = runner or LocalRunner(config.threads, config.run_timeout_s, config.repeat,
-                                            config.min_repeat_ms, config.rtol, config.atol,
-                                            cutoff_ratio=config.cutoff_ratio)
+        self.runner = runner or make_runner(config)
 
     def __enter__(self) -> TuningSession:
         return self
@@ -201,6 +210,7 @@ class TuningSession:
             checked.add((id(db), task.key))
         db.commit_task(TaskRow(task.key, task.name, task.target_json, task.space_version, save_json(task.mod),
                                task.flops, task.info))
-        strategy = strategy or self.strategy(task, db)
-        return tune_task(task, strategy, self.builder, self.runner, db, self.prepare_io(task),
-                         n_trials or cfg.n_trials, cfg.batch_size, on_progress, deadline)
+        with db.leases().holding(task.key, deadline.left_s):  # no other worker on the task meanwhile; not got:
+            strategy = strategy or self.strategy(task, db)  # the deadline passed and tune_task measures nothing
+            return tune_task(task, strategy, self.builder, self.runner, db, self.prepare_io(task),
+                             n_trials or cfg.n_trials, cfg.batch_size, on_progress, deadline)

@@ -14,10 +14,11 @@ a thread count it was not tuned at borrows the records of the nearest one (count
 not tuned here: it is compiled from its shipped log, ``tuning_logs/example_NAME.jsonl.gz``, as its user gets it.
 
 Timing, per thread count, in one process: the call a user makes for every contender -- ``compiled(*arrays)``
-(numpy in, numpy out), ONNX Runtime's ``session.run``, the PyTorch module and ``torch.compile`` of it (Inductor, defaults,
-compiled before the rounds), both under ``no_grad`` -- in interleaved rounds with the same timer, medians. Beside them, each runtime's own time for the graph (TVM's
-timer on the VM function; ONNX Runtime's profiler, ``SequentialExecutor::Execute``, in a second, profiled
-session timed in the same rounds): the gap between a call and that time is what the call path costs.
+(numpy in, numpy out), ONNX Runtime's ``session.run``, the PyTorch module and ``torch.compile`` of it
+(Inductor, defaults, compiled before the rounds), both under ``no_grad`` -- in interleaved rounds with the same
+timer, medians. Beside them, each runtime's own time for the graph (TVM's timer on the VM function; ONNX
+Runtime's profiler, ``SequentialExecutor::Execute``, in a second, profiled session timed in the same rounds):
+the gap between a call and that time is what the call path costs.
 Every output is checked against ONNX Runtime's first.
 Writes bench/results/<out>.json and prints the table.
 """

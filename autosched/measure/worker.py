@@ -86,7 +86,30 @@ def run(
     check: bool = True,
     cutoff_s: float | None = None,
 ) -> dict[str, Any]:
-    """Load a library, check its outputs against the reference in ``io_path``, then time it.
+    """Load a library here, check its outputs against the reference in ``io_path``, then time it
+    (``measure``)."""
+    import tvm
+
+    lib = tvm.runtime.load_module(lib_path)
+    return measure(lib, tvm.device(device, 0), _load_io(io_path), n_outputs, _timed_spec(lib_path), repeat,
+                   min_repeat_ms, rtol, atol, check, cutoff_s)
+
+
+def measure(
+    lib: Any,
+    dev: Any,
+    io: dict[str, Any],
+    n_outputs: int,
+    timed_spec: list | None,
+    repeat: int,
+    min_repeat_ms: int,
+    rtol: float,
+    atol: float,
+    check: bool = True,
+    cutoff_s: float | None = None,
+) -> dict[str, Any]:
+    """Check a loaded library's outputs against the reference arrays ``io``, then time it on ``dev``. The
+    library and device are local ones or an RPC session's: the same code checks and times both.
 
     A candidate whose checking run and one warm run both take longer than ``cutoff_s`` is reported with the
     warm timing instead of the full repeats: it is far from the best, and the search only needs to know that.
@@ -96,9 +119,6 @@ def run(
     import numpy as np
     import tvm
 
-    dev = tvm.device(device, 0)
-    io = _load_io(io_path)
-    lib = tvm.runtime.load_module(lib_path)
     inputs = [tvm.runtime.tensor(io[f"in{i}"], dev) for i in range(sum(k.startswith("in") for k in io))]
     outs = [tvm.runtime.tensor(np.zeros(io[f"shape_out{i}"], io[f"dtype_out{i}"].item()), dev)
             for i in range(n_outputs)]
@@ -113,8 +133,8 @@ def run(
         if error:
             return {"status": "WRONG_RESULT", "latencies_s": [], "error": f"output {i} differs: {error}"}
     name, args = "main", [*inputs, *outs]
-    if os.path.exists(lib_path + ".timed.json"):  # time the kernel without its weight-layout rewrite
-        name, args = TIMED, _timed_args(lib_path + ".timed.json", [*inputs, *outs], dev)
+    if timed_spec is not None:  # time the kernel without its weight-layout rewrite
+        name, args = TIMED, _timed_args(timed_spec, [*inputs, *outs], dev)
     if cutoff_s is not None and first_run_s > cutoff_s:
         # The checking run is cold (page faults, caches, a weight-layout copy): a small kernel's first run
         # can take 3-10x its warm time. Only a warm run that is still past the cutoff is cut short.
@@ -124,6 +144,16 @@ def run(
     timer = lib.time_evaluator(name, dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms,
                                cooldown_interval_ms=0)
     return {"status": "OK", "latencies_s": list(timer(*args).results), "error": None}
+
+
+def _timed_spec(lib_path: str) -> list | None:
+    """The argument shapes of ``main_timed`` written beside the library at build time (None: no such variant)."""
+    import json
+
+    if not os.path.exists(lib_path + ".timed.json"):
+        return None
+    with open(lib_path + ".timed.json") as f:
+        return json.load(f)
 
 
 def _compare(got: Any, want: Any, rtol: float, atol: float) -> str | None:
@@ -143,15 +173,11 @@ def _compare(got: Any, want: Any, rtol: float, atol: float) -> str | None:
     return f"max|err|={float(np.nanmax(diff)) if diff.size else float('nan'):.3g}"
 
 
-def _timed_args(spec_path: str, args: list[Any], dev: Any) -> list[Any]:
+def _timed_args(specs: list, args: list[Any], dev: Any) -> list[Any]:
     """Arguments for ``main_timed``: the checked ones, re-shaped where the weights' layout changed."""
-    import json
-
     import numpy as np
     import tvm
 
-    with open(spec_path) as f:
-        specs = json.load(f)
     out = []
     for arg, (shape, dtype) in zip(args, specs, strict=True):
         if list(arg.shape) == shape:
@@ -166,3 +192,36 @@ def ping() -> int:
     import tvm  # noqa: F401
 
     return os.getpid()
+
+
+def run_remote(
+    tracker: tuple[str, int],
+    key: str,
+    lib_path: str,
+    io_path: str,
+    n_outputs: int,
+    device: str,
+    repeat: int,
+    min_repeat_ms: int,
+    rtol: float,
+    atol: float,
+    check: bool = True,
+    cutoff_s: float | None = None,
+    session_timeout_s: float = 0.0,
+    n_threads: int | None = None,
+) -> dict[str, Any]:
+    """``run`` on a device under ``key`` at a TVM RPC tracker: one session per call, which the server kills
+    after ``session_timeout_s`` (0: never). The library is uploaded; checking and timing are ``measure``."""
+    from tvm import rpc
+
+    client = rpc.connect_tracker(*tracker)
+    try:
+        sess = client.request(key, priority=1, session_timeout=session_timeout_s, max_retry=3)
+    finally:
+        client.close()
+    if n_threads:
+        sess.get_function("runtime.config_threadpool")(1, n_threads)
+    sess.upload(lib_path)
+    lib = sess.load_module(os.path.basename(lib_path))
+    return measure(lib, sess.device(device, 0), _load_io(io_path), n_outputs, _timed_spec(lib_path), repeat,
+                   min_repeat_ms, rtol, atol, check, cutoff_s)
