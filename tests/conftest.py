@@ -24,6 +24,30 @@ def _has_cuda_device() -> bool:
     return ctypes.util.find_library("cuda") is not None and bool(tvm.cuda(0).exist)
 
 
+@pytest.fixture
+def postgres_url():
+    """A fresh PostgreSQL database on the server of AUTOSCHED_TEST_POSTGRES_URL, dropped afterwards."""
+    import os
+    import uuid
+
+    server = os.environ.get("AUTOSCHED_TEST_POSTGRES_URL")
+    if not server:
+        pytest.skip("no PostgreSQL server: set AUTOSCHED_TEST_POSTGRES_URL=postgresql://user:pw@host/db to run")
+    pytest.importorskip("psycopg", reason="PostgreSQL needs the psycopg driver (pip install 'autosched[postgres]')")
+    import sqlalchemy as sa
+
+    name = f"autosched_test_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"create database {name}"))
+    try:
+        yield sa.make_url(server).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"drop database if exists {name} with (force)"))
+        admin.dispose()
+
+
 @pytest.fixture(scope="session")
 def cpu_target():
     return make_target("llvm", 1)

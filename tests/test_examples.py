@@ -37,3 +37,46 @@ def test_example_runs(script, tmp_path):
 def test_every_example_is_tested():
     found = {str(p.relative_to(ROOT / "examples")) for p in (ROOT / "examples").rglob("*.py")}
     assert found == set(EXAMPLES)
+
+
+FAMILIES = ("mlp", "resnet", "mobilenet", "bert", "gpt", "vit", "lstm")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_ships_a_tuning_log_with_its_target_tvm_and_threads(family):
+    import json
+
+    from autosched.db import open_database
+    from autosched.models.family_example import load_example
+
+    example, _ = load_example(family)
+    assert example.name == family and example.shipped_log.exists(), "tune it, then autosched export"
+    db = open_database(str(example.shipped_log), create=False)
+    targets = [json.loads(t.target) for t in db.tasks()]
+    assert targets and all(t["kind"] == "llvm" and t["mcpu"] and t["num-cores"] >= 1 for t in targets)
+    records = db.records()
+    assert len(records) >= 10 * len(targets) and all(r.tvm_version for r in records)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_shipped_log_holds_every_task_of_its_example(family):
+    """The log is of the model the example builds today: every task extracted from it has its records there
+    (a change to the graph path or the task key that left a log stale fails here)."""
+    import json
+
+    from autosched.db import open_database
+    from autosched.models.family_example import load_example, prepare
+    from autosched.models.graph import extract_tasks, rewrite
+    from autosched.spaces.settings import settings_for
+    from autosched.tasks import make_target
+
+    pytest.importorskip("torch")
+    example, _ = load_example(family)
+    db = open_database(str(example.shipped_log), create=False)
+    (threads,) = {json.loads(t.target)["num-cores"] for t in db.tasks()}
+    target = make_target("llvm", threads)
+    model = prepare(example, small=False).model
+    keys = {t.key for t in extract_tasks(rewrite(model.mod, target), target, settings_for(target).version)}
+    logged = {t.task_key for t in db.tasks() if db.n_measured(t.task_key)}
+    assert keys <= logged, f"{len(keys - logged)} of {len(keys)} tasks are not in {example.shipped_log.name}"

@@ -302,29 +302,11 @@ def test_concurrent_tuners_on_one_sqlite_database(tmp_path, n_workers):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("n_workers", [2, 4])
-def test_concurrent_tuners_on_one_postgresql_database(n_workers):
+def test_concurrent_tuners_on_one_postgresql_database(n_workers, postgres_url):
     """Needs AUTOSCHED_TEST_POSTGRES_URL (a server this test may create and drop a database on)."""
-    import uuid
-
-    import sqlalchemy as sa
-
-    server = os.environ.get("AUTOSCHED_TEST_POSTGRES_URL")
-    if not server:
-        pytest.skip("no PostgreSQL server: set AUTOSCHED_TEST_POSTGRES_URL=postgresql://user:pw@host/db to run")
-    pytest.importorskip("psycopg", reason="PostgreSQL needs the psycopg driver (pip install 'autosched[postgres]')")
-    name = f"autosched_test_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f"create database {name}"))
-    url = sa.make_url(server).set(database=name).render_as_string(hide_password=False)
-    try:
-        open_database(url).close()
-        reports = _run_concurrently(url, n_workers, 16)
-        _check_shared(url, reports, 16)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f"drop database if exists {name} with (force)"))
-        admin.dispose()
+    open_database(postgres_url).close()
+    reports = _run_concurrently(postgres_url, n_workers, 16)
+    _check_shared(postgres_url, reports, 16)
 
 
 # --- 5. broken, foreign and incompatible database files ----------------------------------------------------------

@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -132,6 +133,16 @@ def model_report(tmp_path_factory):
     return db, d / "report.html", json.loads((d / "out" / "report.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def example_report(tmp_path_factory):
+    """The report of a shipped example log (the MLP's, tuned for 2 minutes), read from the export as it is."""
+    log = Path(__file__).resolve().parents[1] / "tuning_logs" / "example_mlp.jsonl.gz"
+    d = tmp_path_factory.mktemp("example")
+    assert main(["--log", str(d / "log.txt"), "report", "--db", str(log), "-o", str(d / "report.html")]) == 0
+    assert main(["--log", str(d / "log.txt"), "report", "--db", str(log), "-o", str(d / "report.json")]) == 0
+    return log, d / "report.html", json.loads((d / "report.json").read_text())
+
+
 @pytest.mark.slow
 def test_report_of_a_model_run(model_report):
     _, html_path, data = model_report
@@ -208,10 +219,11 @@ def _drawn(png: bytes) -> tuple[float, int]:
 
 
 @pytest.mark.slow
-def test_the_report_renders_in_a_headless_browser(model_report):
+@pytest.mark.parametrize("report", ["model_report", "example_report"])
+def test_the_report_renders_in_a_headless_browser(report, request):
     from selenium.webdriver.common.by import By
 
-    _, html_path, data = model_report
+    _, html_path, data = request.getfixturevalue(report)
     browser = _chromium()
     try:
         browser.get(html_path.as_uri())

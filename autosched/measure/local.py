@@ -22,6 +22,13 @@ from autosched.records import BuildResult, Candidate, MeasureResult, Status
 log = logging.getLogger("autosched.measure")
 
 
+def remove_artifacts(artifact_path: str | None) -> None:
+    """A measured candidate's library and its timing spec, once they are no longer needed."""
+    for path in (artifact_path, f"{artifact_path}.timed.json"):
+        if artifact_path and os.path.exists(path):
+            os.remove(path)
+
+
 def _one_line(err: BaseException) -> str:
     """The last line of an error (worker errors carry the whole traceback as their message)."""
     msg = err.args[0] if err.args and isinstance(err.args[0], str) else str(err)
@@ -141,9 +148,7 @@ class LocalRunner(Runner):
         except Exception as e:  # noqa: BLE001 - a crash is this candidate's result
             status, lat, err = Status.RUN_ERROR, [], _one_line(e)
         finally:
-            for path in (b.artifact_path, f"{b.artifact_path}.timed.json"):
-                if b.artifact_path and os.path.exists(path):
-                    os.remove(path)
+            remove_artifacts(b.artifact_path)
         return MeasureResult(status, lat, err, build_s=b.build_s, run_s=time.perf_counter() - start)
 
     def reference_outputs(self, lib_path: str, io: TaskIO) -> list:

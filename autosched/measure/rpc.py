@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import statistics
 import struct
@@ -22,7 +21,7 @@ from autosched.config import parse_tracker_address
 from autosched.errors import AutoschedError, UserInputError
 from autosched.measure import worker
 from autosched.measure.base import Runner, TaskIO
-from autosched.measure.local import _one_line, _Pool
+from autosched.measure.local import _one_line, _Pool, remove_artifacts
 from autosched.records import BuildResult, MeasureResult, Status
 
 log = logging.getLogger("autosched.measure.rpc")
@@ -154,9 +153,7 @@ class RPCRunner(Runner):
             elif "kShutdown" in err:  # what TVM's client says when the server side of a session disappears
                 err = f"lost the remote session (its process died or the connection broke): {err}"
         finally:
-            for path in (b.artifact_path, f"{b.artifact_path}.timed.json"):
-                if b.artifact_path and os.path.exists(path):
-                    os.remove(path)
+            remove_artifacts(b.artifact_path)
         return MeasureResult(status, lat, err, build_s=b.build_s, run_s=time.perf_counter() - start)
 
     def reference_outputs(self, lib_path: str, io: TaskIO) -> list:

@@ -63,6 +63,7 @@ def load_example(name: str) -> tuple[Example, Any]:
     if spec is None or not path.exists():
         raise SystemExit(f"no example {name!r}: examples/<name>/tune_<name>.py does not exist")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # importable by name (torch.compile looks a module's classes up there)
     spec.loader.exec_module(module)
     return module.EXAMPLE, module
 

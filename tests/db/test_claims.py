@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -22,25 +21,6 @@ from autosched.db.transfer import export_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE_V1 = ROOT / "tests" / "fixtures" / "db_v1.db"
-
-
-@pytest.fixture
-def postgres_url():
-    """A fresh PostgreSQL database on the server of AUTOSCHED_TEST_POSTGRES_URL, dropped afterwards."""
-    server = os.environ.get("AUTOSCHED_TEST_POSTGRES_URL")
-    if not server:
-        pytest.skip("no PostgreSQL server: set AUTOSCHED_TEST_POSTGRES_URL=postgresql://user:pw@host/db to run")
-    pytest.importorskip("psycopg", reason="PostgreSQL needs the psycopg driver (pip install 'autosched[postgres]')")
-    name = f"autosched_test_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f"create database {name}"))
-    try:
-        yield sa.make_url(server).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f"drop database if exists {name} with (force)"))
-        admin.dispose()
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])

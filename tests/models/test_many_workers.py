@@ -11,11 +11,9 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 from test_tuning import FakeSession
 
 from autosched._tvm import TVM_VERSION
@@ -118,20 +116,6 @@ def test_three_workers_tune_one_model_on_one_sqlite_file(tmp_path):
 
 
 @pytest.mark.slow
-def test_three_workers_tune_one_model_on_one_postgresql_database(tmp_path):
+def test_three_workers_tune_one_model_on_one_postgresql_database(postgres_url, tmp_path):
     """Needs AUTOSCHED_TEST_POSTGRES_URL (a server this test may create and drop a database on)."""
-    server = os.environ.get("AUTOSCHED_TEST_POSTGRES_URL")
-    if not server:
-        pytest.skip("no PostgreSQL server: set AUTOSCHED_TEST_POSTGRES_URL=postgresql://user:pw@host/db to run")
-    pytest.importorskip("psycopg", reason="PostgreSQL needs the psycopg driver (pip install 'autosched[postgres]')")
-    name = f"autosched_test_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f"create database {name}"))
-    url = sa.make_url(server).set(database=name).render_as_string(hide_password=False)
-    try:
-        _check_together(url, _tune_together(url, tmp_path))
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f"drop database if exists {name} with (force)"))
-        admin.dispose()
+    _check_together(postgres_url, _tune_together(postgres_url, tmp_path))
