@@ -127,12 +127,12 @@ def _best_schedule_record(db: Database | None, key: str, tjson: str, skipped: Co
     from autosched.session import same_release
 
     best = db.best(key, tjson) if db is not None else None
-    if best is None:
-        return None
-    records = db.records(key)
+    if best is None or (best.trace_json is not None and same_release(best.tvm_version, TVM_VERSION)):
+        return best  # the common case: one query, no scan of the task's records
+    stored = db.records(key)
+    records = [r for r in stored if same_release(r.tvm_version, TVM_VERSION)]
     if not same_release(best.tvm_version, TVM_VERSION):
-        skipped[OTHER_TVM] += sum(not same_release(r.tvm_version, TVM_VERSION) for r in records)
-        records = [r for r in records if same_release(r.tvm_version, TVM_VERSION)]
+        skipped[OTHER_TVM] += len(stored) - len(records)
         best = min((r for r in records if r.status is Status.OK and r.latencies_s and r.target == tjson),
                    key=lambda r: r.latency_s, default=None)
     if best is None or best.trace_json is not None:
