@@ -76,20 +76,32 @@ def load_model(source: Any, inputs: dict[str, tuple[int, ...]] | None = None, ex
     return _load(source, inputs, example_inputs, name)
 
 
-def extract_model_tasks(model: Any, target: str | Target = "llvm", n_threads: int | None = None):
-    """The graph rewrites, then one task per distinct fusion group (what ``tune_model`` tunes)."""
+def extract_model_tasks(model: Any, target: str | Target = "llvm", n_threads: int | None = None,
+                        shape_buckets: dict[str, tuple[int, ...]] | None = None):
+    """The graph rewrites, then one task per distinct fusion group (what ``tune_model`` tunes). With
+    ``shape_buckets`` (``{"seq": (16, 32, 64)}``, an ONNX model with symbolic dimensions): every bucket's tasks,
+    those structurally identical across buckets merged."""
     from autosched.models.graph import extract_tasks, rewrite
 
-    model = model if hasattr(model, "mod") else load_model(model)
     target = target if isinstance(target, Target) else make_target(target, n_threads)
-    return extract_tasks(rewrite(model.mod, target), target, settings_for(target).version)
+    version = settings_for(target).version
+    if shape_buckets:
+        from autosched.models.buckets import load_buckets, merge_bucket_tasks
+
+        _, models = load_buckets(model, shape_buckets)
+        return merge_bucket_tasks([(sizes, extract_tasks(rewrite(m.mod, target), target, version))
+                                   for sizes, m in models])
+    model = model if hasattr(model, "mod") else load_model(model)
+    return extract_tasks(rewrite(model.mod, target), target, version)
 
 
 def tune_model(model: Any, target: str | Target = "llvm", db: str | Database = "tuning_logs/autosched.db",
-               config: TuneConfig | None = None, on_progress: Callable | None = None):
+               config: TuneConfig | None = None, on_progress: Callable | None = None,
+               shape_buckets: dict[str, tuple[int, ...]] | None = None):
     """Tune every fusion group of a model; ``config.n_trials`` per task on average, shared by the scheduler,
     and at most ``config.time_budget_s`` seconds from this call on (when set; ``n_trials=0`` then lifts the
-    trial limit). Returns a ``ModelTuneResult`` (per-task states; ``n_tasks``, ``n_tuned``, ``n_default``)."""
+    trial limit). ``shape_buckets``: the sizes of a model's symbolic dimensions to tune for (every bucket's
+    tasks in one run). Returns a ``ModelTuneResult`` (per-task states; ``n_tasks``, ``n_tuned``, ``n_default``)."""
     from autosched.models.tuning import tune_model_tasks
     from autosched.session import TuningSession
     from autosched.tune import Deadline
@@ -97,24 +109,31 @@ def tune_model(model: Any, target: str | Target = "llvm", db: str | Database = "
     config = config or TuneConfig()
     deadline = Deadline.after(config.time_budget_s)
     target = target if isinstance(target, Target) else make_target(target, config.threads)
-    tasks = extract_model_tasks(model, target)
+    tasks = extract_model_tasks(model, target, shape_buckets=shape_buckets)
     database = open_database(db)
     with TuningSession(config, tasks[0].target_json) as session:
         return tune_model_tasks(session, tasks, database, config.n_trials, on_progress, deadline)
 
 
 def compile(model: Any, target: str | Target = "llvm", db: str | Database | None = None,
-            n_threads: int | None = None):
+            n_threads: int | None = None, shape_buckets: dict[str, tuple[int, ...]] | None = None):
     """Build a model with the best schedule of every tuned fusion group in ``db`` (default ones elsewhere).
 
     Returns a ``CompiledModel``: call it with numpy arrays, ``.time(...)`` it, or ``.export_library(path)``
-    and load that later with ``autosched.load_compiled(path)``.
+    and load that later with ``autosched.load_compiled(path)``. With ``shape_buckets`` (an ONNX model with
+    symbolic dimensions): a ``BucketedModel`` that takes inputs of any size (``autosched.models.buckets``).
     """
     from autosched.models.build import compile_model
 
-    model = model if hasattr(model, "mod") else load_model(model)
     target = target if isinstance(target, Target) else make_target(target, n_threads)
     database = open_database(db, create=False) if db is not None else None
+    if shape_buckets:
+        from autosched.models.buckets import compile_buckets, load_buckets
+
+        symbolic, models = load_buckets(model, shape_buckets)
+        return compile_buckets(symbolic, models, target, database,
+                               lambda sizes: load_model(model, symbolic.shapes(sizes)))
+    model = model if hasattr(model, "mod") else load_model(model)
     return compile_model(model, target, database)
 
 

@@ -25,6 +25,7 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
                                     "tensor program (--func)")
     p.add_argument("model", nargs="?", help="an .onnx file, or zoo:mlp | zoo:resnet18 | zoo:bert (built-in)")
     p.add_argument("--input", action="append", help="shape of a model input, NAME:1x3x224x224 (repeatable)")
+    _bucket_arg(p)
     p.add_argument("--op", help="catalog operator: matmul, batch_matmul, dense, conv2d, ...")
     p.add_argument("--shape", help="operator sizes, comma-separated, e.g. 512,512,512 (with --op)")
     p.add_argument("--func", metavar="PATH.py:NAME",
@@ -59,6 +60,13 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
                        help="progress and the result as JSON lines on stdout (one object per update, then the result)")
 
 
+def _bucket_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shape-buckets", action="append", metavar="SYMBOL=SIZES",
+                   help="an ONNX model with symbolic dimensions: the sizes to tune and compile for, e.g. "
+                        "seq=16,32,64,128,256, or seq=1..256 to let autosched pick; other sizes run padded into "
+                        "the next larger bucket where that is exact (repeatable, one per symbol)")
+
+
 def _model_args(p: argparse.ArgumentParser, threads_default: int | None = None) -> None:
     p.add_argument("model", help="an .onnx file, or zoo:mlp | zoo:resnet18 | zoo:bert (built-in)")
     p.add_argument("--input", action="append", help="shape of a model input, NAME:1x3x224x224 (repeatable)")
@@ -77,12 +85,14 @@ def _add_model_commands(sub: argparse._SubParsersAction) -> None:
     _model_args(p, cores)
     p.add_argument("--db", required=True, help="tuning database (SQLite path or SQLAlchemy URL)")
     p.add_argument("-o", "--output", required=True, help="library to write (a .so; PATH.json is written beside)")
+    _bucket_arg(p)
     p = sub.add_parser("run", help="time a tuned model against the untuned build and ONNX Runtime, check outputs")
     _model_args(p, cores)
     p.add_argument("--db", required=True, help="tuning database (SQLite path or SQLAlchemy URL)")
     p.add_argument("--repeat", type=int, default=5, help="timing samples per build (median reported)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--tolerance", type=float, default=1e-3, help="max relative error vs ONNX Runtime")
+    _bucket_arg(p)
 
 
 def build_parser() -> argparse.ArgumentParser:

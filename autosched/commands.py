@@ -63,6 +63,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     given = [flag for flag, value in (("a MODEL", args.model), ("--op", args.op), ("--func", args.func)) if value]
     if len(given) > 1:
         raise UserInputError(f"give either a MODEL or --op or --func, not {' and '.join(given)}")
+    if getattr(args, "shape_buckets", None) and not args.model:
+        raise UserInputError("--shape-buckets goes with a MODEL (an ONNX file with symbolic dimensions)")
     if args.model:
         from autosched.model_commands import tune_model_command
 

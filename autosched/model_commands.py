@@ -18,23 +18,30 @@ from autosched.errors import UserInputError
 from autosched.progress import BAR, JSON, QUIET, emit, mode_of, progress_display, step
 
 
-def _load(args: argparse.Namespace, n_threads: int):
-    """(model, target, fused module) from the command's MODEL, --input, --target and thread count."""
-    from autosched.api import load_model
-    from autosched.models.frontends import parse_input_shapes
+def _model_target(args: argparse.Namespace, n_threads: int):
+    """The command's --target at ``n_threads`` threads, checked to run on this machine."""
     from autosched.targets import runs_here
     from autosched.tasks import make_target
 
     for flag, value in (("--threads", n_threads), ("--repeat", getattr(args, "repeat", 1))):
         if value < 1:
             raise UserInputError(f"{flag} must be at least 1")
-    shapes = parse_input_shapes(args.input)
     target = make_target(args.target, n_threads)
     if target.kind.name != "llvm":
         raise UserInputError(f"measuring on {target.kind.name} needs that device; models run on llvm (CPU) here")
     if not runs_here(target):
         raise UserInputError(f"this machine cannot run code for {target.attrs['mtriple']}: tune and run on such a "
                              "machine (cross-compiled measurement is not supported yet)")
+    return target
+
+
+def _load(args: argparse.Namespace, n_threads: int):
+    """(model, target, fused module) from the command's MODEL, --input, --target and thread count."""
+    from autosched.api import load_model
+    from autosched.models.frontends import parse_input_shapes
+
+    target = _model_target(args, n_threads)
+    shapes = parse_input_shapes(args.input)
     mode = mode_of(args)
     if hasattr(args.model, "mod"):  # --func's Model
         model = args.model
@@ -44,6 +51,25 @@ def _load(args: argparse.Namespace, n_threads: int):
     with step(mode, err, f"{model.name}: graph rewrites"):
         fused = rewrite_reporting(model, target)
     return model, target, fused
+
+
+def _load_buckets(args: argparse.Namespace, n_threads: int):
+    """``--shape-buckets``: (symbolic inputs, [(sizes, model, fused module)] one per bucket, target)."""
+    from autosched.models.buckets import bucket_label, load_buckets, parse_shape_buckets
+    from autosched.models.frontends import parse_input_shapes
+
+    target = _model_target(args, n_threads)
+    buckets = parse_shape_buckets(args.shape_buckets)
+    if hasattr(args.model, "mod"):
+        raise UserInputError("--shape-buckets needs an ONNX model with symbolic dimensions, not a --func program")
+    mode = mode_of(args)
+    with step(mode, err, f"importing {args.model} at {len(buckets)} symbol(s)' buckets"):
+        symbolic, models = load_buckets(args.model, buckets, parse_input_shapes(args.input))
+    loaded = []
+    for sizes, model in models:
+        with step(mode, err, f"{model.name}: graph rewrites ({bucket_label(sizes)})"):
+            loaded.append((sizes, model, rewrite_reporting(model, target)))
+    return symbolic, loaded, target
 
 
 def rewrite_reporting(model, target, on_pass=None):
@@ -132,15 +158,19 @@ def tune_model_command(args: argparse.Namespace) -> int:
     if args.time is not None:  # --time alone lifts the trial limit
         cfg = cfg.replace(time_budget_s=args.time, n_trials=cfg.n_trials if args.trials else 0)
     deadline = Deadline.after(cfg.time_budget_s)  # the budget covers the whole command from here
-    model, target, fused = _load(args, cfg.threads)
-    with step(mode_of(args), err, f"{model.name}: task extraction"):
-        tasks = extract_tasks(fused, target, settings_for(target).version)
+    if getattr(args, "shape_buckets", None):
+        model, target, tasks, n_groups = _bucket_tasks(args, cfg.threads)
+    else:
+        model, target, fused = _load(args, cfg.threads)
+        with step(mode_of(args), err, f"{model.name}: task extraction"):
+            tasks = extract_tasks(fused, target, settings_for(target).version)
+        n_groups = len(fusion_groups(fused))
     if cfg.cost_model == "xgb" and cfg.transfer:
         load_start_model(cfg.transfer_model, target.kind.name)
     db = open_database(args.db)
     for task in tasks:
         check_tvm_version(db, task)  # before anything is measured or written
-    n_groups, total = len(fusion_groups(fused)), cfg.n_trials * len(tasks) or None
+    total = cfg.n_trials * len(tasks) or None
     budget = [f"{cfg.n_trials} trials per task on average ({total} in all, earlier runs in {args.db} included)"
               ] if total else []
     budget += [f"time budget {cfg.time_budget_s:g} s (baselines included)"] if cfg.time_budget_s else []
@@ -179,6 +209,25 @@ def tune_model_command(args: argparse.Namespace) -> int:
         _print_model_table(model.name, result, args.db, n_groups)
     db.close()
     return 0
+
+
+def _bucket_tasks(args: argparse.Namespace, n_threads: int):
+    """(model of the first bucket named after the source, target, tasks of every bucket merged, fusion groups)."""
+    from autosched.models.buckets import merge_bucket_tasks
+    from autosched.models.graph import extract_tasks, fusion_groups
+    from autosched.spaces.settings import settings_for
+
+    _, loaded, target = _load_buckets(args, n_threads)
+    with step(mode_of(args), err, f"task extraction ({len(loaded)} buckets)"):
+        per_bucket = [(sizes, extract_tasks(fused, target, settings_for(target).version))
+                      for sizes, _, fused in loaded]
+    tasks = merge_bucket_tasks(per_bucket)
+    model = loaded[0][1]
+    model.name = model.name.split("@")[0]
+    if mode_of(args) == BAR:
+        err.print(f"{model.name}: {len(loaded)} buckets, {sum(len(t) for _, t in per_bucket)} bucket tasks -> "
+                  f"{len(tasks)} distinct tasks", highlight=False)
+    return model, target, tasks, sum(len(fusion_groups(fused)) for _, _, fused in loaded)
 
 
 def _print_model_table(name: str, result, db_path: str, n_groups: int) -> None:
@@ -254,7 +303,8 @@ def _compile_showing_progress(model, target, db, fused):
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-
+    if getattr(args, "shape_buckets", None):
+        return _compile_buckets_command(args)
     model, target, fused = _load(args, args.threads)
     output = Path(args.output)
     if output.is_dir():
@@ -270,6 +320,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if getattr(args, "shape_buckets", None):
+        return _run_buckets_command(args)
     from autosched._tvm import set_num_threads
     from autosched.models.build import compile_unscheduled
     from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
@@ -305,4 +357,86 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"{args.tolerance:g})", style="red")
         return 1
     out.print(f"outputs match ONNX Runtime (max rel. error {worst:.2e} <= {args.tolerance:g})")
+    return 0
+
+
+# --- models with symbolic dimensions (--shape-buckets) -------------------------------------------------------------
+def _compile_buckets(args: argparse.Namespace, db):
+    """(bucketed model, the first bucket's model, target): every bucket compiled and the padding checked."""
+    from autosched.models.buckets import compile_buckets
+    from autosched.models.frontends import parse_input_shapes
+
+    symbolic, loaded, target = _load_buckets(args, args.threads)
+    source, fixed = args.model, parse_input_shapes(args.input)
+
+    def reload(sizes):
+        from autosched.api import load_model
+
+        return load_model(source, {**fixed, **symbolic.shapes(sizes)})
+
+    with step(mode_of(args), err, "compiling buckets") as update:
+        bucketed = compile_buckets(symbolic, [(s, m) for s, m, _ in loaded], target, db, reload,
+                                   lambda label: update(label), fused=[f for _, _, f in loaded])
+    for compiled in bucketed.compiled.values():
+        _warn_if_no_match(compiled, db, target)
+    return bucketed, loaded[0][1], target
+
+
+def _compile_buckets_command(args: argparse.Namespace) -> int:
+    from autosched.models.buckets import export_buckets
+
+    output = Path(args.output)
+    if output.is_dir():
+        raise UserInputError(f"-o {output} is a folder: give a file path such as {output / 'model.so'}")
+    db = _open_existing(args.db)
+    bucketed, model, _ = _compile_buckets(args, db)
+    written = export_buckets(bucketed, output, model.onnx_bytes)
+    for label, compiled in bucketed.compiled.items():
+        n = compiled.counts()
+        out.print(f"{label}: {len(compiled.sources)} fusion groups: {n['tuned']} tuned, {n['default']} default "
+                  f"schedule, {n['unscheduled']} unscheduled", highlight=False)
+    out.print(bucketed.pad_check, highlight=False)
+    out.print(f"wrote {len(written)} libraries ({', '.join(p.name for p in written)}) and {output}.json; load them "
+              f"with autosched.load_compiled({str(output)!r})", highlight=False)
+    return 0
+
+
+def _run_buckets_command(args: argparse.Namespace) -> int:
+    """Each bucket and a size between buckets, timed beside ONNX Runtime (same call kind) and checked."""
+    from autosched._tvm import set_num_threads
+    from autosched.models.buckets import bucket_label, check_inputs
+    from autosched.models.frontends import InputSpec
+    from autosched.models.reference import max_relative_error, onnxruntime_session
+    from autosched.timing import time_interleaved
+
+    db = _open_existing(args.db)
+    bucketed, model, _ = _compile_buckets(args, db)
+    session = onnxruntime_session(model, args.threads)
+    set_num_threads(args.threads)
+    table = Table(title=f"autosched run: {model.name.split('@')[0]}, {args.threads} thread(s), latency of the call "
+                        "from Python (median of interleaved rounds)")
+    for col in ("sizes", "served by", "autosched", "ONNX Runtime", "autosched vs ORT", "max rel. error"):
+        table.add_column(col, justify="left" if col in ("sizes", "served by") else "right")
+    worst = 0.0
+    all_sizes = sorted(list(bucketed.sizes.values()) + bucketed.between_sizes(), key=lambda s: sorted(s.items()))
+    for sizes in all_sizes:
+        shapes = bucketed.symbolic.shapes(sizes)
+        specs = [InputSpec(s.name, shapes[s.name], s.dtype) for s in model.inputs]
+        inputs = check_inputs(specs, args.seed)
+        feed = {s.name: x for s, x in zip(specs, inputs, strict=True)}
+        want = session.run(None, feed)
+        error = max_relative_error(bucketed(*inputs), want)
+        worst = max(worst, error)
+        times = time_interleaved({"tuned": lambda x=inputs: bucketed(*x), "ort": lambda f=feed: session.run(None, f)},
+                                 args.repeat, min_round_s=0.1)
+        mine, ort = (float(np.median(times[k])) for k in ("tuned", "ort"))
+        table.add_row(bucket_label(sizes), bucketed.route(sizes), _fmt_s(mine), _fmt_s(ort), f"{ort / mine:.2f}x",
+                      f"{error:.2e}")
+    out.print(table)
+    out.print(bucketed.pad_check, highlight=False)
+    if worst > args.tolerance:
+        err.print(f"autosched: error: outputs differ from ONNX Runtime's (max rel. error {worst:.2e} > "
+                  f"{args.tolerance:g})", style="red")
+        return 1
+    out.print(f"outputs match ONNX Runtime at every size (max rel. error {worst:.2e} <= {args.tolerance:g})")
     return 0

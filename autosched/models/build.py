@@ -231,10 +231,14 @@ def load_compiled(path: str | Path) -> CompiledModel:
     """Load a library written by ``CompiledModel.export_library`` (or ``autosched compile -o``)."""
     path = Path(path)
     meta_path = Path(str(path) + ".json")
-    if not path.exists() or not meta_path.exists():
+    if not meta_path.exists() or not (path.exists() or "buckets" in json.loads(meta_path.read_text())):
         raise UserInputError(f"{path} (with {meta_path.name} beside it) does not exist: build it with "
                              "autosched compile MODEL --db DB -o PATH")
     meta = json.loads(meta_path.read_text())
+    if "buckets" in meta:  # a model with symbolic dimensions: one library per bucket
+        from autosched.models.buckets import load_buckets_library
+
+        return load_buckets_library(path, meta)
     inputs = [InputSpec(name, tuple(shape), dtype) for name, shape, dtype in meta["inputs"]]
     return CompiledModel(tvm.runtime.load_module(str(path)), inputs, meta["target"], meta.get("sources", {}),
                          meta.get("borrowed", {}), entry=meta.get("entry", "main"))
