@@ -46,7 +46,8 @@ def export_gpt2(path: Path, positions: int) -> Path:
         warnings.simplefilter("ignore")
         torch.onnx.export(module, (example,), str(path), dynamo=True, input_names=["input_ids"],
                           output_names=["logits"], opset_version=18, verbose=False, optimize=True, report=False,
-                          external_data=False, dynamic_shapes={"input_ids": {1: torch.export.Dim("seq", min=1, max=positions)}})
+                          external_data=False,
+                          dynamic_shapes={"input_ids": {1: torch.export.Dim("seq", min=1, max=positions)}})
     return path
 
 
