@@ -77,10 +77,11 @@ def load_model(source: Any, inputs: dict[str, tuple[int, ...]] | None = None, ex
 
 
 def extract_model_tasks(model: Any, target: str | Target = "llvm", n_threads: int | None = None,
-                        shape_buckets: dict[str, tuple[int, ...]] | None = None):
+                        shape_buckets: dict[str, tuple[int, ...]] | None = None, precision: str = "fp32"):
     """The graph rewrites, then one task per distinct fusion group (what ``tune_model`` tunes). With
     ``shape_buckets`` (``{"seq": (16, 32, 64)}``, an ONNX model with symbolic dimensions): every bucket's tasks,
-    those structurally identical across buckets merged."""
+    those structurally identical across buckets merged. ``precision``: ``bf16``/``fp16`` matmuls and convolutions
+    (``autosched.models.precision``)."""
     from autosched.models.graph import extract_tasks, rewrite
 
     target = target if isinstance(target, Target) else make_target(target, n_threads)
@@ -89,19 +90,29 @@ def extract_model_tasks(model: Any, target: str | Target = "llvm", n_threads: in
         from autosched.models.buckets import load_buckets, merge_bucket_tasks
 
         _, models = load_buckets(model, shape_buckets)
-        return merge_bucket_tasks([(sizes, extract_tasks(rewrite(m.mod, target), target, version))
+        return merge_bucket_tasks([(sizes, extract_tasks(rewrite(_at(m, precision).mod, target), target, version))
                                    for sizes, m in models])
-    model = model if hasattr(model, "mod") else load_model(model)
+    model = _at(model if hasattr(model, "mod") else load_model(model), precision)
     return extract_tasks(rewrite(model.mod, target), target, version)
+
+
+def _at(model: Any, precision: str) -> Any:
+    """``model`` marked for the ``precision`` rewrite (in place; fp32 leaves it as it is)."""
+    from autosched.models.precision import with_precision
+
+    if precision != "fp32":
+        model.mod = with_precision(model.mod, precision)
+    return model
 
 
 def tune_model(model: Any, target: str | Target = "llvm", db: str | Database = "tuning_logs/autosched.db",
                config: TuneConfig | None = None, on_progress: Callable | None = None,
-               shape_buckets: dict[str, tuple[int, ...]] | None = None):
+               shape_buckets: dict[str, tuple[int, ...]] | None = None, precision: str = "fp32"):
     """Tune every fusion group of a model; ``config.n_trials`` per task on average, shared by the scheduler,
     and at most ``config.time_budget_s`` seconds from this call on (when set; ``n_trials=0`` then lifts the
     trial limit). ``shape_buckets``: the sizes of a model's symbolic dimensions to tune for (every bucket's
-    tasks in one run). Returns a ``ModelTuneResult`` (per-task states; ``n_tasks``, ``n_tuned``, ``n_default``)."""
+    tasks in one run); ``precision``: ``bf16``/``fp16`` matmuls and convolutions (compile with the same).
+    Returns a ``ModelTuneResult`` (per-task states; ``n_tasks``, ``n_tuned``, ``n_default``)."""
     from autosched.models.tuning import tune_model_tasks
     from autosched.session import TuningSession
     from autosched.tune import Deadline
@@ -109,19 +120,22 @@ def tune_model(model: Any, target: str | Target = "llvm", db: str | Database = "
     config = config or TuneConfig()
     deadline = Deadline.after(config.time_budget_s)
     target = target if isinstance(target, Target) else make_target(target, config.threads)
-    tasks = extract_model_tasks(model, target, shape_buckets=shape_buckets)
+    tasks = extract_model_tasks(model, target, shape_buckets=shape_buckets, precision=precision)
     database = open_database(db)
     with TuningSession(config, tasks[0].target_json) as session:
         return tune_model_tasks(session, tasks, database, config.n_trials, on_progress, deadline)
 
 
 def compile(model: Any, target: str | Target = "llvm", db: str | Database | None = None,
-            n_threads: int | None = None, shape_buckets: dict[str, tuple[int, ...]] | None = None):
+            n_threads: int | None = None, shape_buckets: dict[str, tuple[int, ...]] | None = None,
+            precision: str = "fp32"):
     """Build a model with the best schedule of every tuned fusion group in ``db`` (default ones elsewhere).
 
     Returns a ``CompiledModel``: call it with numpy arrays, ``.time(...)`` it, or ``.export_library(path)``
     and load that later with ``autosched.load_compiled(path)``. With ``shape_buckets`` (an ONNX model with
     symbolic dimensions): a ``BucketedModel`` that takes inputs of any size (``autosched.models.buckets``).
+    ``precision``: ``bf16``/``fp16`` matmuls and convolutions, as tuned; ``.precision_error`` is the max relative
+    error against float32 on random inputs.
     """
     from autosched.models.build import compile_model
 
@@ -131,9 +145,9 @@ def compile(model: Any, target: str | Target = "llvm", db: str | Database | None
         from autosched.models.buckets import compile_buckets, load_buckets
 
         symbolic, models = load_buckets(model, shape_buckets)
-        return compile_buckets(symbolic, models, target, database,
-                               lambda sizes: load_model(model, symbolic.shapes(sizes)))
-    model = model if hasattr(model, "mod") else load_model(model)
+        return compile_buckets(symbolic, [(sizes, _at(m, precision)) for sizes, m in models], target, database,
+                               lambda sizes: _at(load_model(model, symbolic.shapes(sizes)), precision))
+    model = _at(model if hasattr(model, "mod") else load_model(model), precision)
     return compile_model(model, target, database)
 
 

@@ -26,6 +26,7 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", nargs="?", help="an .onnx file, or zoo:mlp | zoo:resnet18 | zoo:bert (built-in)")
     p.add_argument("--input", action="append", help="shape of a model input, NAME:1x3x224x224 (repeatable)")
     _bucket_arg(p)
+    _precision_arg(p)
     p.add_argument("--op", help="catalog operator: matmul, batch_matmul, dense, conv2d, ...")
     p.add_argument("--shape", help="operator sizes, comma-separated, e.g. 512,512,512 (with --op)")
     p.add_argument("--func", metavar="PATH.py:NAME",
@@ -60,6 +61,12 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
                        help="progress and the result as JSON lines on stdout (one object per update, then the result)")
 
 
+def _precision_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="matmuls and convolutions in bf16 or fp16 with float32 accumulation; softmax, norms, "
+                        "reductions and the final logits stay fp32 (default fp32; the same for tune and compile)")
+
+
 def _bucket_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape-buckets", action="append", metavar="SYMBOL=SIZES",
                    help="an ONNX model with symbolic dimensions: the sizes to tune and compile for, e.g. "
@@ -73,6 +80,7 @@ def _model_args(p: argparse.ArgumentParser, threads_default: int | None = None) 
     p.add_argument("--target", default="llvm", help="llvm (this CPU) or a JSON dict; must match the tuning run's")
     p.add_argument("--threads", type=int, default=threads_default,
                    help="CPU threads (part of the target, as when tuning; default: all cores)")
+    _precision_arg(p)
 
 
 def _add_model_commands(sub: argparse._SubParsersAction) -> None:
@@ -91,7 +99,8 @@ def _add_model_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", required=True, help="tuning database (SQLite path or SQLAlchemy URL)")
     p.add_argument("--repeat", type=int, default=5, help="timing samples per build (median reported)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    p.add_argument("--tolerance", type=float, default=1e-3, help="max relative error vs ONNX Runtime")
+    p.add_argument("--tolerance", type=float, help="max relative error vs ONNX Runtime (1e-3; 2e-2 with --precision "
+                                                   "bf16, 1e-2 with fp16)")
     _bucket_arg(p)
 
 

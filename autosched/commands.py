@@ -65,6 +65,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UserInputError(f"give either a MODEL or --op or --func, not {' and '.join(given)}")
     if getattr(args, "shape_buckets", None) and not args.model:
         raise UserInputError("--shape-buckets goes with a MODEL (an ONNX file with symbolic dimensions)")
+    if getattr(args, "precision", "fp32") != "fp32" and not args.model:
+        raise UserInputError("--precision goes with a MODEL: it is a graph rewrite (tune a bf16 operator with --func)")
     if args.model:
         from autosched.model_commands import tune_model_command
 

@@ -48,6 +48,7 @@ def _load(args: argparse.Namespace, n_threads: int):
     else:
         with step(mode, err, f"importing {args.model}"):
             model = load_model(args.model, shapes)
+    _set_precision(model, args)
     with step(mode, err, f"{model.name}: graph rewrites"):
         fused = rewrite_reporting(model, target)
     return model, target, fused
@@ -67,9 +68,23 @@ def _load_buckets(args: argparse.Namespace, n_threads: int):
         symbolic, models = load_buckets(args.model, buckets, parse_input_shapes(args.input))
     loaded = []
     for sizes, model in models:
+        _set_precision(model, args)
         with step(mode, err, f"{model.name}: graph rewrites ({bucket_label(sizes)})"):
             loaded.append((sizes, model, rewrite_reporting(model, target)))
     return symbolic, loaded, target
+
+
+TOLERANCES = {"fp32": 1e-3, "bf16": 2e-2, "fp16": 1e-2}  # default --tolerance of run, per --precision
+
+
+def _tolerance(args: argparse.Namespace) -> float:
+    return args.tolerance if args.tolerance is not None else TOLERANCES[getattr(args, "precision", "fp32")]
+
+
+def _set_precision(model, args: argparse.Namespace) -> None:
+    from autosched.models.precision import with_precision
+
+    model.mod = with_precision(model.mod, getattr(args, "precision", "fp32"))
 
 
 def rewrite_reporting(model, target, on_pass=None):
@@ -97,6 +112,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     target = make_target(args.target, args.threads)
     model = load_model(args.model, parse_input_shapes(args.input))
+    _set_precision(model, args)
     changes = []
     fused = rewrite_reporting(model, target, on_pass=changes.append)
     out.print(f"[bold]{model.name}[/] ({model.source}) inputs: "
@@ -295,6 +311,12 @@ def _warn_if_no_match(compiled, db, target) -> None:
               "run", style="yellow")
 
 
+def _print_precision(compiled) -> None:
+    if compiled.precision_error is not None:
+        out.print(f"{compiled.precision}: max relative error against float32 on 3 random inputs: "
+                  f"{compiled.precision_error:.2e}", highlight=False)
+
+
 def _compile_showing_progress(model, target, db, fused):
     from autosched.models.build import compile_model
 
@@ -316,6 +338,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     n = compiled.counts()
     out.print(f"{model.name}: {len(compiled.sources)} fusion groups: {n['tuned']} tuned (best record in {args.db}), "
               f"{n['default']} default schedule, {n['unscheduled']} unscheduled; wrote {output} and {output}.json")
+    _print_precision(compiled)
     return 0
 
 
@@ -351,12 +374,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         table.add_row(label, _fmt_s(seconds), f"{untuned_s / seconds:.1f}x", f"{ort_s / seconds:.2f}x", error)
     out.print(table)
     n = tuned.counts()
+    _print_precision(tuned)
     out.print(f"fusion groups: {n['tuned']} tuned, {n['default']} default schedule, {n['unscheduled']} unscheduled")
-    if worst > args.tolerance:
+    tolerance = _tolerance(args)
+    if worst > tolerance:
         err.print(f"autosched: error: tuned outputs differ from ONNX Runtime's (max rel. error {worst:.2e} > "
-                  f"{args.tolerance:g})", style="red")
+                  f"{tolerance:g})", style="red")
         return 1
-    out.print(f"outputs match ONNX Runtime (max rel. error {worst:.2e} <= {args.tolerance:g})")
+    out.print(f"outputs match ONNX Runtime (max rel. error {worst:.2e} <= {tolerance:g}"
+              + (f", {args.precision}" if args.precision != "fp32" else "") + ")")
     return 0
 
 
@@ -372,7 +398,9 @@ def _compile_buckets(args: argparse.Namespace, db):
     def reload(sizes):
         from autosched.api import load_model
 
-        return load_model(source, {**fixed, **symbolic.shapes(sizes)})
+        model = load_model(source, {**fixed, **symbolic.shapes(sizes)})
+        _set_precision(model, args)
+        return model
 
     with step(mode_of(args), err, "compiling buckets") as update:
         bucketed = compile_buckets(symbolic, [(s, m) for s, m, _ in loaded], target, db, reload,
@@ -434,9 +462,10 @@ def _run_buckets_command(args: argparse.Namespace) -> int:
                       f"{error:.2e}")
     out.print(table)
     out.print(bucketed.pad_check, highlight=False)
-    if worst > args.tolerance:
+    tolerance = _tolerance(args)
+    if worst > tolerance:
         err.print(f"autosched: error: outputs differ from ONNX Runtime's (max rel. error {worst:.2e} > "
-                  f"{args.tolerance:g})", style="red")
+                  f"{tolerance:g})", style="red")
         return 1
-    out.print(f"outputs match ONNX Runtime at every size (max rel. error {worst:.2e} <= {args.tolerance:g})")
+    out.print(f"outputs match ONNX Runtime at every size (max rel. error {worst:.2e} <= {tolerance:g})")
     return 0

@@ -152,7 +152,7 @@ class TuningSession:
             if task.reference is not None:
                 outputs = task.reference(inputs)
             else:
-                np.savez(path, **arrays)
+                worker.save_io(path, arrays)
                 library = library or self._unscheduled_library(task)
                 outputs = self.runner.reference_outputs(library, io)
             task.info["check"] = describe_check(outputs, domain)
@@ -161,7 +161,7 @@ class TuningSession:
         if task.info["check"].startswith(("partial", "none")):
             log.warning("%s: reference output not finite for any input domain; %s", task.name, task.info["check"])
         arrays.update({f"out{i}": np.asarray(o) for i, o in enumerate(outputs)})
-        np.savez(path, **arrays)
+        worker.save_io(path, arrays)
         return io
 
     def _unscheduled_library(self, task: Task) -> str:

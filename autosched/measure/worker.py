@@ -63,14 +63,35 @@ def _with_timed_variant(mod: Any, out_path: str) -> Any:
     return tvm.IRModule({"main": mod["main"], TIMED: func})
 
 
+def save_io(path: str, arrays: dict[str, Any]) -> None:
+    """``np.savez`` that keeps ml_dtypes arrays (bfloat16, float8): .npz stores them as raw bytes, so they are
+    saved as unsigned integers of their width with their dtype's name beside them."""
+    import numpy as np
+
+    encoded = {}
+    for k, a in arrays.items():
+        a = np.asarray(a)
+        if a.dtype.kind == "V":  # an ml_dtypes type
+            encoded[k], encoded[f"mldtype_{k}"] = a.view(f"uint{8 * a.dtype.itemsize}"), np.array(a.dtype.name)
+        else:
+            encoded[k] = a
+    np.savez(path, **encoded)
+
+
 def _load_io(path: str) -> dict[str, Any]:
     stat = os.stat(path)
     key = f"{path}:{stat.st_mtime_ns}:{stat.st_size}"  # the file is rewritten once the reference is known
     if key not in _NPZ_CACHE:
+        import ml_dtypes  # noqa: F401  (registers bfloat16 & co. with numpy)
         import numpy as np
 
         with np.load(path) as data:
-            _NPZ_CACHE[key] = {k: data[k] for k in data.files}
+            arrays = {k: data[k] for k in data.files if not k.startswith("mldtype_")}
+            for k in data.files:
+                if k.startswith("mldtype_"):
+                    name = k.removeprefix("mldtype_")
+                    arrays[name] = arrays[name].view(np.dtype(str(data[k])))
+            _NPZ_CACHE[key] = arrays
     return _NPZ_CACHE[key]
 
 
@@ -163,6 +184,8 @@ def _compare(got: Any, want: Any, rtol: float, atol: float) -> str | None:
 
     if got.shape != want.shape:
         return f"shape {got.shape} != {want.shape}"
+    if want.dtype.kind == "V":  # bfloat16 and other ml_dtypes: compared as float32
+        got, want = got.astype(np.float32), want.astype(np.float32)
     if not np.issubdtype(want.dtype, np.floating):
         return None if np.array_equal(got, want) else "integer values differ"
     finite = np.isfinite(want)

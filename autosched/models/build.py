@@ -30,6 +30,7 @@ from autosched.models.graph import (
     run_passes,
     ungroup,
 )
+from autosched.models.precision import precision_of, with_precision
 from autosched.models.serving import Caller
 from autosched.records import Status
 from autosched.spaces.settings import settings_for
@@ -152,6 +153,8 @@ class CompiledModel:
     borrowed: dict[str, int] = field(default_factory=dict)  # fusion group -> thread count its record was tuned at
     skipped: Counter = field(default_factory=Counter)  # why records were not applied -> how many
     entry: str = "main"
+    precision: str = "fp32"  # autosched.models.precision
+    precision_error: float | None = None  # max relative error vs float32 on random inputs (low precision only)
     _vm_cache: Any = field(default=None, init=False, repr=False, compare=False)
     _caller_cache: Caller | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -192,7 +195,8 @@ class CompiledModel:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.executable.export_library(str(path))
         meta = {"inputs": [[s.name, list(s.shape), s.dtype] for s in self.inputs], "target": self.target,
-                "sources": self.sources, "borrowed": self.borrowed, "entry": self.entry}
+                "sources": self.sources, "borrowed": self.borrowed, "entry": self.entry, "precision": self.precision,
+                "precision_error": self.precision_error}
         Path(str(path) + ".json").write_text(json.dumps(meta, indent=1))
         return path
 
@@ -208,8 +212,30 @@ def compile_model(model: Model, target: Target, db: Database | None = None, defa
         fused, target, db, default_schedules, lambda done, total: say(f"schedules of {done}/{total} fusion groups"))
     say("TVM's build")
     final = run_passes(scheduled, target, FINISH_PASSES, model_name=model.name)
-    return CompiledModel(_build(final, target, model.name), model.inputs, target_json(target), sources,
-                         borrowed, skipped, model.entry)
+    compiled = CompiledModel(_build(final, target, model.name), model.inputs, target_json(target), sources,
+                             borrowed, skipped, model.entry, precision_of(model.mod))
+    if compiled.precision != "fp32":
+        say("accuracy against float32")
+        compiled.precision_error = precision_error(model, compiled, target)
+    return compiled
+
+
+def precision_error(model: Model, compiled: CompiledModel, target: Target, n_inputs: int = 3) -> float:
+    """Max relative error of a low-precision build against float32 on ``n_inputs`` random inputs: ONNX
+    Runtime's outputs for an ONNX model (where it is installed), else an untuned float32 build's."""
+    from autosched.models.reference import max_relative_error
+
+    inputs = [model.random_inputs(seed) for seed in range(n_inputs)]
+    try:
+        from autosched.models.reference import onnxruntime_session, run_onnxruntime
+
+        session = onnxruntime_session(model, 1)
+        want = [run_onnxruntime(session, model, x) for x in inputs]
+    except UserInputError:  # not ONNX, or no onnxruntime
+        fp32 = Model(model.name, with_precision(model.mod, "fp32"), model.inputs, model.source, entry=model.entry)
+        reference = compile_unscheduled(fp32, target)
+        want = [reference(*x) for x in inputs]
+    return max(max_relative_error(compiled(*x), w) for x, w in zip(inputs, want, strict=True))
 
 
 def _build(mod: IRModule, target: Target, model_name: str) -> Any:
@@ -241,4 +267,5 @@ def load_compiled(path: str | Path) -> CompiledModel:
         return load_buckets_library(path, meta)
     inputs = [InputSpec(name, tuple(shape), dtype) for name, shape, dtype in meta["inputs"]]
     return CompiledModel(tvm.runtime.load_module(str(path)), inputs, meta["target"], meta.get("sources", {}),
-                         meta.get("borrowed", {}), entry=meta.get("entry", "main"))
+                         meta.get("borrowed", {}), entry=meta.get("entry", "main"),
+                         precision=meta.get("precision", "fp32"), precision_error=meta.get("precision_error"))

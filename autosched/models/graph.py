@@ -20,6 +20,7 @@ from autosched._tvm import IRModule, PrimFunc, Target, estimate_flops, relax, tv
 from autosched.errors import GraphError
 from autosched.models.constant_folding import fold_simple_constants
 from autosched.models.op_fixes import fix_operator_patterns
+from autosched.models.precision import mixed_precision_pass, precision_of
 from autosched.models.reshape_sinking import sink_reshapes
 from autosched.tasks import Task, primfunc_task
 
@@ -182,10 +183,23 @@ def run_passes(mod: IRModule, target: Target, passes: list[GraphPass],
     return mod
 
 
+def graph_passes(precision: str = "fp32") -> list[GraphPass]:
+    """``GRAPH_PASSES``, with the mixed-precision rewrite (``autosched.models.precision``) just before
+    legalization when ``precision`` is not fp32: after batch norms folded into convolution weights and layouts
+    chosen, so it sees the final matmuls and convolutions."""
+    if precision == "fp32":
+        return GRAPH_PASSES
+    at = next(i for i, p in enumerate(GRAPH_PASSES) if p.name == "legalize ops to TIR")
+    mixed = GraphPass(f"matmuls and convolutions in {precision}, float32 accumulation",
+                      lambda: mixed_precision_pass(precision), optional=False)
+    return [*GRAPH_PASSES[:at], mixed, *GRAPH_PASSES[at:]]
+
+
 def rewrite(mod: IRModule, target: Target, on_pass: Callable[[PassChange], None] | None = None,
             fallbacks: list[Fallback] | None = None, model_name: str = "the model") -> IRModule:
-    """The graph rewrites: a Relax module in, one PrimFunc per fusion group out (called from ``main``)."""
-    return run_passes(mod, target, GRAPH_PASSES, on_pass, fallbacks, model_name)
+    """The graph rewrites: a Relax module in, one PrimFunc per fusion group out (called from ``main``); a
+    module marked with a precision (``precision.with_precision``) gets that rewrite too."""
+    return run_passes(mod, target, graph_passes(precision_of(mod)), on_pass, fallbacks, model_name)
 
 
 @dataclass

@@ -1,0 +1,113 @@
+"""Mixed precision as a graph rewrite: matmuls and convolutions read bfloat16 (or float16) operands and
+accumulate in float32; everything else stays float32.
+
+The policy, per operator (``LOW_PRECISION_OPS``):
+- ``matmul``, ``conv1d``, ``conv2d``, ``conv3d`` with float32 operands: both operands are cast to the low
+  precision (weights once, at compile time: constant folding), the product is accumulated and returned in
+  float32 (``out_dtype``), so the cast halves the bytes read and the sum keeps float32's range;
+- kept in float32: every other operator (softmax, layer and batch norm, every reduction, activations,
+  residual adds), and the matmuls and convolutions whose result reaches a model output through no other matmul
+  or convolution (the final logits, a classifier head): their errors would be the output's.
+
+The precision is recorded on the Relax module (``autosched.precision``), so tuning and compiling a model run
+the same rewrite and find the same tasks; a task's PrimFunc has the low-precision dtypes in it, so its key
+differs from the float32 task's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autosched._tvm import IRModule, mutate_graph_functions, relax, tvm
+from autosched.errors import UserInputError
+
+PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+ATTR = "autosched.precision"
+LOW_PRECISION_OPS = ("relax.matmul", "relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d")
+
+
+def with_precision(mod: IRModule, precision: str) -> IRModule:
+    """``mod`` marked for the ``precision`` rewrite (``fp32``: unmarked)."""
+    if precision not in PRECISIONS:
+        raise UserInputError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
+    if precision == "fp32":
+        return mod.without_attr(ATTR) if mod.attrs and ATTR in mod.attrs else mod
+    return mod.with_attr(ATTR, precision)
+
+
+def precision_of(mod: IRModule) -> str:
+    return str(mod.attrs[ATTR]) if mod.attrs and ATTR in mod.attrs else "fp32"
+
+
+def final_products(func: relax.Function) -> set[Any]:
+    """The matmul and convolution calls whose result reaches the function's output without passing through
+    another matmul or convolution."""
+    bound: dict[Any, Any] = {}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            if isinstance(binding, relax.VarBinding):
+                bound[binding.var] = binding.value
+    found: set[Any] = set()
+    seen: set[Any] = set()
+    stack = _vars_in(func.body.body)
+    while stack:
+        var = stack.pop()
+        if var in seen or var not in bound:
+            continue
+        seen.add(var)
+        value = bound[var]
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name in LOW_PRECISION_OPS:
+            found.add(value)
+        else:
+            stack.extend(_vars_in(value))
+    return found
+
+
+def _vars_in(expr: Any) -> list[Any]:
+    found: list[Any] = []
+    relax.analysis.post_order_visit(expr, lambda e: found.append(e) if isinstance(e, relax.Var) else None)
+    return found
+
+
+def _float32(expr: Any) -> bool:
+    return str(getattr(expr.ty, "dtype", "")) == "float32"
+
+
+@relax.expr_functor.mutator
+class _LowPrecision(relax.PyExprMutator):
+    def __init__(self, mod: IRModule, dtype: str) -> None:
+        super().__init__(mod)
+        self.dtype = dtype
+        self.keep: set[Any] = set()
+        self.n_converted = 0
+
+    def visit_call_(self, op: Any) -> Any:
+        call = self.visit_expr_post_order(op)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name in LOW_PRECISION_OPS) or op in self.keep:
+            return call
+        if not all(_float32(a) for a in call.args[:2]):
+            return call
+        a, b = (relax.op.astype(x, self.dtype) for x in call.args[:2])
+        self.n_converted += 1
+        if call.op.name == "relax.matmul":
+            return relax.op.matmul(a, b, out_dtype="float32")
+        attrs = call.attrs
+        make = getattr(relax.op.nn, call.op.name.removeprefix("relax.nn."))
+        return make(a, b, strides=attrs.strides, padding=attrs.padding, dilation=attrs.dilation, groups=attrs.groups,
+                    data_layout=attrs.data_layout, kernel_layout=attrs.kernel_layout, out_layout=attrs.out_layout,
+                    out_dtype="float32")
+
+
+def mixed_precision_pass(precision: str) -> tvm.transform.Pass:
+    """The rewrite of the module doc for ``precision`` (``bf16`` or ``fp16``)."""
+    dtype = PRECISIONS[precision]
+
+    @tvm.transform.module_pass(opt_level=0, name=f"MixedPrecision_{precision}")
+    def rewrite(mod: IRModule, ctx: Any) -> IRModule:
+        converter = _LowPrecision(mod, dtype)
+        for _, func in mod.functions_items():
+            if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr):
+                converter.keep |= final_products(func)
+        return mutate_graph_functions(mod, converter, lambda: converter.n_converted > 0)
+
+    return rewrite

@@ -1,0 +1,91 @@
+"""Mixed precision: matmuls and convolutions in bf16/fp16 with float32 accumulation, the final ones and every
+other operator in float32; task keys carry the dtype; the error against float32 is measured on compile."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import _f32, _model, mlp
+from onnx import TensorProto, helper
+
+from autosched._tvm import arg_specs
+from autosched.api import compile as compile_api
+from autosched.api import extract_model_tasks
+from autosched.cli import main
+from autosched.errors import UserInputError
+from autosched.models.frontends import load_model
+from autosched.models.graph import fusion_groups, rewrite
+from autosched.models.precision import precision_of, with_precision
+from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
+from autosched.tasks import make_target
+
+pytest.importorskip("onnxruntime")
+
+
+def two_convs(channels=8, size=10):
+    """Conv -> Relu -> Conv -> Relu (the second conv makes the output)."""
+    inits = {"W1": _f32(channels, 3, 3, 3, scale=0.3), "W2": _f32(channels, channels, 3, 3, scale=0.3)}
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r"]),
+             helper.make_node("Conv", ["r", "W2"], ["c2"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c2"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, size, size])], inits)
+
+
+def _dtypes(func) -> set[str]:
+    return {dtype for _, dtype in arg_specs(func)}
+
+
+def test_precision_is_marked_on_the_module_and_checked():
+    mod = load_model(mlp(batch=4)).mod
+    assert precision_of(mod) == "fp32"
+    assert precision_of(with_precision(mod, "bf16")) == "bf16"
+    assert precision_of(with_precision(with_precision(mod, "bf16"), "fp32")) == "fp32"
+    with pytest.raises(UserInputError, match="unknown precision 'int4'"):
+        with_precision(mod, "int4")
+
+
+@pytest.mark.parametrize("source, n_low", [(mlp(batch=4), 1), (two_convs(), 1)])
+def test_all_but_the_final_products_read_low_precision(source, n_low):
+    model = load_model(source)
+    model.mod = with_precision(model.mod, "bf16")
+    groups = fusion_groups(rewrite(model.mod, make_target("llvm", 1)))
+    products = [g for g in groups if any(k in g.name for k in ("matmul", "conv"))]
+    low = [g for g in products if "bfloat16" in _dtypes(g.func)]
+    assert len(products) == n_low + 1 and len(low) == n_low  # the product making the output stays float32
+    assert all("float32" in _dtypes(g.func) for g in low)  # accumulated and written in float32
+
+
+def test_task_keys_carry_the_dtype():
+    fp32 = {t.key for t in extract_model_tasks(load_model(mlp(batch=4)), "llvm", 1)}
+    bf16 = {t.key for t in extract_model_tasks(load_model(mlp(batch=4)), "llvm", 1, precision="bf16")}
+    assert fp32 != bf16 and fp32 & bf16  # the converted matmul's task is new; the final one is shared
+
+
+@pytest.mark.parametrize("precision, bound", [("bf16", 2e-2), ("fp16", 1e-2)])
+def test_a_low_precision_build_is_close_to_float32_and_says_how_close(onnx_file, precision, bound):
+    path = onnx_file(two_convs(), "convs.onnx")
+    compiled = compile_api(str(path), "llvm", n_threads=1, precision=precision)
+    assert compiled.precision == precision
+    assert 0 < compiled.precision_error < bound  # really converted, and within the bound
+    model = load_model(str(path))
+    x = model.random_inputs(7)
+    want = run_onnxruntime(onnxruntime_session(model, 1), model, x)
+    assert max_relative_error(compiled(*x), want) < bound
+
+
+def test_cli_tunes_compiles_and_runs_in_bf16(onnx_file, tmp_path, capsys):
+    path, db = onnx_file(mlp(batch=4), "mlp.onnx"), str(tmp_path / "bf16.db")
+    flags = ["--precision", "bf16", "--threads", "1", "--db", db]
+    assert main(["tune", str(path), *flags, "--trials", "2", "--quiet"]) == 0
+    assert main(["compile", str(path), *flags, "-o", str(tmp_path / "m.so")]) == 0
+    out = capsys.readouterr().out
+    assert "bf16: max relative error against float32" in out
+    assert "1 tuned" in out or "2 tuned" in out or "3 tuned" in out
+    assert main(["run", str(path), *flags, "--repeat", "1"]) == 0
+    assert "outputs match ONNX Runtime" in capsys.readouterr().out
+
+
+def test_cli_refuses_precision_without_a_model(tmp_path, capsys):
+    assert main(["tune", "--op", "matmul", "--shape", "8,8,8", "--precision", "bf16",
+                 "--db", str(tmp_path / "x.db")]) == 2
+    assert "--precision goes with a MODEL" in capsys.readouterr().err
+
