@@ -223,15 +223,18 @@ def refresh(scheduler: TaskScheduler, db: Database, leases: Leases) -> set[str]:
 
 
 def share_sibling_bests(task: Task, strategies: dict, tasks: dict[str, Task], db: Database) -> None:
-    """Tasks with the same search space (one convolution with different epilogues, say) try each other's
-    best schedule: queued before the task's next round (a no-op once it is queued or measured)."""
+    """Tasks with the same knobs (one convolution with different epilogues, one matmul in every shape bucket)
+    try each other's best schedule, fitted to their own ranges: queued before the task's next round (a no-op
+    once it is queued or measured)."""
     own = strategies[task.key]
     for key, other in strategies.items():
         if key == task.key or other.space_signature != own.space_signature:
             continue
         best = db.best(key, tasks[key].target_json)
         if best is not None and best.trace_json is not None:  # not a baseline record
-            own.propose(best.params)
+            fitted = own.fitted(best.params)
+            if fitted is not None:
+                own.propose(fitted)
 
 
 @dataclass

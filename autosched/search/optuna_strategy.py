@@ -158,8 +158,26 @@ class OptunaStrategy(SearchStrategy):
 
     @functools.cached_property
     def space_signature(self) -> str:
-        """Equal for tasks whose spaces have the same knobs (a schedule of one is a valid point of the other)."""
-        return repr(sorted((name, repr(dist)) for name, dist in self.space.knobs().items()))
+        """Equal for tasks whose spaces have the same knobs by name and kind, whatever their ranges: one
+        operator at other shapes (a bucket's matmul, a wider layer), or with other epilogues. A schedule of
+        one maps to a valid point of the other through ``fitted``."""
+        return repr(sorted((name, type(dist).__name__) for name, dist in self.space.knobs().items()))
+
+    def fitted(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        """A sibling space's point in this space: integer knobs (tile sizes as divisor indices, unroll depths:
+        ordinal) clamped into this space's range, so the same index picks the same or the nearest tile; None
+        where a categorical value is not one of this space's choices."""
+        knobs = self.space.knobs()
+        out: dict[str, Any] = {}
+        for name, value in params.items():
+            dist = knobs.get(name)
+            if isinstance(dist, IntDistribution):
+                out[name] = min(max(int(value), dist.low), dist.high)
+            elif isinstance(dist, CategoricalDistribution) and value in dist.choices:
+                out[name] = value
+            else:
+                return None
+        return out
 
     def propose(self, params: dict[str, Any]) -> None:
         """Measure this setting next (e.g. a similar task's best), unless it is already queued."""

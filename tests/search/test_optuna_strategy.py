@@ -151,3 +151,28 @@ def test_abandoned_candidates_fail_and_stale_running_trials_are_failed(matmul_sp
     storage.set_trial_user_attr(trial_id, OWNER_ATTR, [socket.gethostname(), dead.pid, 0.0])
     s3 = OptunaStrategy(matmul_space, "task", storage, "tpe", 0)
     assert s3.study.get_trials()[cands[1].trial_number].state is TrialState.FAIL
+
+
+def test_a_sibling_shapes_best_is_fitted_into_this_space(matmul_space, cpu_target):
+    """One operator at another shape (a shape bucket's matmul) has the same knobs with other ranges: its best
+    point, fitted (integer knobs clamped), is a valid point here and is measured next when proposed."""
+    from autosched.spaces.settings import settings_for
+    from autosched.spaces.trace_space import TraceSearchSpace
+    from autosched.tasks import op_task
+
+    wide = op_task("matmul", (128, 32, 32), cpu_target, settings_for(cpu_target).version)
+    wide_space = TraceSearchSpace(wide.mod, wide.target, settings_for(cpu_target), seed=0)
+    small, big = _strategy(matmul_space), _strategy(wide_space)
+    assert small.space_signature == big.space_signature
+    assert matmul_space.knobs() != wide_space.knobs()  # the ranges differ
+    knobs = wide_space.knobs()
+    highest = {name: (d.high if hasattr(d, "high") else d.choices[0]) for name, d in knobs.items()}
+    fitted = small.fitted(highest)
+    own = matmul_space.knobs()
+    assert fitted is not None
+    assert all(own[k].low <= v <= own[k].high for k, v in fitted.items() if hasattr(own[k], "low"))
+    assert any(fitted[k] < highest[k] for k in fitted if hasattr(own[k], "low"))  # something was clamped
+    assert small.fitted({**fitted, "no_such_knob": 1}) is None
+    small.propose({k: v for k, v in fitted.items() if k == "design" or k in matmul_space.knobs(fitted["design"])})
+    (cand,) = small.ask(1)
+    assert all(cand.params[k] == fitted[k] for k in cand.params)
