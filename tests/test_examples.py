@@ -65,11 +65,11 @@ def test_a_shipped_log_holds_every_task_of_its_example(family):
     (a change to the graph path or the task key that left a log stale fails here)."""
     import json
 
+    from autosched._tvm import Target
     from autosched.db import open_database
     from autosched.models.family_example import load_example, prepare
     from autosched.models.graph import extract_tasks, rewrite
     from autosched.spaces.settings import settings_for
-    from autosched._tvm import Target
 
     pytest.importorskip("torch")
     example, _ = load_example(family)
