@@ -171,6 +171,11 @@ def test_cli_tunes_compiles_and_reloads_a_bucketed_model(onnx_file, tmp_path, ca
     _check(loaded, _ort(proto), [3, 8])
     with pytest.warns(UntunedSizeWarning):
         _check(loaded, _ort(proto), [10])  # built from the ONNX model written beside the libraries
+    assert main(["run", str(path), *buckets, "--threads", "1", "--db", str(db), "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    for row in ("seq=3 ", "padded to seq=4", "seq=4 ", "seq=7 ", "padded to seq=8", "seq=8 "):
+        assert row in out, row  # every bucket and a size between, timed beside ONNX Runtime
+    assert "outputs match ONNX Runtime at every size" in out
 
 
 def test_cli_refuses_buckets_without_a_model(tmp_path, capsys):
