@@ -62,9 +62,10 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
 
 
 def _precision_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
-                   help="matmuls and convolutions in bf16 or fp16 with float32 accumulation; softmax, norms, "
-                        "reductions and the final logits stay fp32 (default fp32; the same for tune and compile)")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16", "int8"), default="fp32",
+                   help="matmuls and convolutions in bf16 or fp16 with float32 accumulation, or matmuls in int8 "
+                        "(calibrated on random inputs); softmax, norms, reductions and the final logits stay fp32 "
+                        "(default fp32; the same for tune and compile)")
 
 
 def _bucket_arg(p: argparse.ArgumentParser) -> None:
@@ -100,7 +101,7 @@ def _add_model_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeat", type=int, default=5, help="timing samples per build (median reported)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--tolerance", type=float, help="max relative error vs ONNX Runtime (1e-3; 2e-2 with --precision "
-                                                   "bf16, 1e-2 with fp16)")
+                                                   "bf16, 1e-2 with fp16, 5e-2 with int8)")
     _bucket_arg(p)
 
 

@@ -21,6 +21,7 @@ from autosched.errors import GraphError
 from autosched.models.constant_folding import fold_simple_constants
 from autosched.models.op_fixes import fix_operator_patterns
 from autosched.models.precision import mixed_precision_pass, precision_of
+from autosched.models.quantize import int8_pass
 from autosched.models.reshape_sinking import sink_reshapes
 from autosched.tasks import Task, primfunc_task
 
@@ -190,8 +191,11 @@ def graph_passes(precision: str = "fp32") -> list[GraphPass]:
     if precision == "fp32":
         return GRAPH_PASSES
     at = next(i for i, p in enumerate(GRAPH_PASSES) if p.name == "legalize ops to TIR")
-    mixed = GraphPass(f"matmuls and convolutions in {precision}, float32 accumulation",
-                      lambda: mixed_precision_pass(precision), optional=False)
+    if precision == "int8":
+        mixed = GraphPass("matmuls against weights in int8 (calibrated), int32 accumulation", int8_pass, optional=False)
+    else:
+        mixed = GraphPass(f"matmuls and convolutions in {precision}, float32 accumulation",
+                          lambda: mixed_precision_pass(precision), optional=False)
     return [*GRAPH_PASSES[:at], mixed, *GRAPH_PASSES[at:]]
 
 

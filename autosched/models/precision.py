@@ -21,7 +21,7 @@ from typing import Any
 from autosched._tvm import IRModule, mutate_graph_functions, relax, tvm
 from autosched.errors import UserInputError
 
-PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}  # int8: quantize.py
 ATTR = "autosched.precision"
 LOW_PRECISION_OPS = ("relax.matmul", "relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d")
 

@@ -12,10 +12,12 @@ from autosched.api import compile as compile_api
 from autosched.api import extract_model_tasks
 from autosched.cli import main
 from autosched.errors import UserInputError
+from autosched.models import graph
 from autosched.models.frontends import load_model
 from autosched.models.graph import fusion_groups, rewrite
 from autosched.models.precision import precision_of, with_precision
 from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
+from autosched.spaces.settings import settings_for
 from autosched.tasks import make_target
 
 pytest.importorskip("onnxruntime")
@@ -89,3 +91,35 @@ def test_cli_refuses_precision_without_a_model(tmp_path, capsys):
                  "--db", str(tmp_path / "x.db")]) == 2
     assert "--precision goes with a MODEL" in capsys.readouterr().err
 
+
+
+# --- int8 ------------------------------------------------------------------------------------------------------
+def test_int8_quantizes_all_but_the_final_matmul_and_keys_ignore_the_scales():
+    from autosched.models.quantize import int8_pass
+
+    model = load_model(mlp(batch=4))
+    model.mod = with_precision(model.mod, "int8")
+    target = make_target("llvm", 1)
+    groups = fusion_groups(rewrite(model.mod, target))
+    products = [g for g in groups if "matmul" in g.name]
+    assert len(products) == 2 and sum("int8" in _dtypes(g.func) for g in products) == 1
+    # another calibration (other scales) gives the same tasks: scales are kernel arguments, not literals
+    passes = graph.graph_passes("int8")
+    at = next(i for i, p in enumerate(passes) if "int8" in p.name)
+    other_seed = [*passes[:at], graph.GraphPass("int8, other calibration", lambda: int8_pass(seed=99), False),
+                  *passes[at + 1:]]
+    fused = graph.run_passes(model.mod, target, other_seed)
+    assert {g.name for g in fusion_groups(fused)} == {g.name for g in groups}
+    keys = {t.key for t in extract_model_tasks(model, "llvm", 1)}
+    assert keys == {t.key for t in graph.extract_tasks(fused, target, settings_for(target).version)}
+
+
+def test_int8_is_close_to_float32_and_agrees_on_the_top_class(onnx_file):
+    path = onnx_file(mlp(batch=1, d_in=32, hidden=64, d_out=10), "mlp.onnx")
+    compiled = compile_api(str(path), "llvm", n_threads=1, precision="int8")
+    assert compiled.precision == "int8" and 0 < compiled.precision_error < 5e-2
+    model = load_model(str(path))
+    session = onnxruntime_session(model, 1)
+    inputs = [model.random_inputs(seed) for seed in range(100)]
+    agree = [int(compiled(*x)[0].argmax()) == int(run_onnxruntime(session, model, x)[0].argmax()) for x in inputs]
+    assert sum(agree) >= 95

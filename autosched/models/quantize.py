@@ -1,0 +1,117 @@
+"""int8 as a graph rewrite with calibration: matmuls against constant weights compute in int8 x int8 -> int32.
+
+The policy (``--precision int8``):
+- a matmul whose second operand is a constant float32 weight [K, N] becomes: the activation quantized per tensor
+  (scale = max |x| over the calibration inputs / 127, symmetric, clipped to +-127), the weight quantized per
+  output channel (scale[n] = max |W[:, n]| / 127, symmetric), an int32 matmul, and a float32 rescale by
+  scale_x * scale_w[n];
+- kept in float32: every other operator, convolutions (not quantized yet), and the matmuls whose result reaches
+  a model output through no other matmul or convolution (the logits: ``precision.final_products``).
+
+Calibration runs the float32 model (an untuned build of it, at this point of the graph rewrites) on
+``N_CALIBRATION`` random inputs with a fixed seed (float inputs standard normal, integer inputs zero, as
+``InputSpec.random``), so tuning and compiling quantize alike and find the same tasks. Scales are tensors of
+shape (1,) and (N,), never literals inside a kernel, so task keys do not depend on their values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from autosched._tvm import IRModule, cpu_device, mutate_graph_functions, relax, tvm
+from autosched.models.precision import final_products
+
+N_CALIBRATION = 8
+QMAX = 127.0
+
+
+def _is_candidate(value: Any) -> bool:
+    """A float32 matmul of an activation by a constant 2-D float32 weight."""
+    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.matmul"):
+        return False
+    x, w = value.args[:2]
+    return (isinstance(w, tvm.ir.GenericConst) and len(w.value.shape) == 2 and str(w.value.dtype) == "float32"
+            and not isinstance(x, tvm.ir.GenericConst) and str(getattr(x.ty, "dtype", "")) == "float32")
+
+
+def _candidates(func: relax.Function) -> list[Any]:
+    """The candidate matmul calls of ``func`` in binding order, the final products left out."""
+    final = final_products(func)
+    return [b.value for block in func.body.blocks for b in block.bindings
+            if isinstance(b, relax.VarBinding) and _is_candidate(b.value) and b.value not in final]
+
+
+def _random_inputs(func: relax.Function, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for param in func.params:
+        shape, dtype = [int(d) for d in param.ty.shape.values], str(param.ty.dtype)
+        out.append(rng.standard_normal(shape).astype(dtype) if np.issubdtype(np.dtype(dtype), np.floating)
+                   else np.zeros(shape, dtype))
+    return out
+
+
+def calibrate(mod: IRModule, target: Any, entry: str = "main", seed: int = 0) -> list[float]:
+    """max |activation| of every candidate matmul of ``entry`` over ``N_CALIBRATION`` random inputs, from an
+    untuned float32 build that returns those activations."""
+    func = relax.transform.ToNonDataflow()(mod)[entry]
+    activations = [call.args[0] for call in _candidates(func)]
+    if not activations:
+        return []
+    outputs = relax.Tuple(activations)
+    probe = relax.Function(func.params, relax.SeqExpr(func.body.blocks, outputs),
+                           relax.TupleType([a.ty for a in activations]))
+    probe_mod = IRModule({gv: f for gv, f in mod.functions_items() if gv.name_hint != entry})
+    probe_mod["main"] = probe
+    built = tvm.compile(relax.transform.LegalizeOps()(probe_mod), target=target)
+    vm = relax.VirtualMachine(built, cpu_device())
+    peaks = np.zeros(len(activations))
+    for i in range(N_CALIBRATION):
+        outs = vm["main"](*[tvm.runtime.tensor(x) for x in _random_inputs(func, seed + i)])
+        peaks = np.maximum(peaks, [float(np.abs(o.numpy()).max()) for o in outs])
+    return [float(p) for p in peaks]
+
+
+def _quantized_matmul(x: Any, weight: np.ndarray, peak: float) -> Any:
+    scale_x = max(peak, 1e-12) / QMAX
+    scale_w = np.maximum(np.abs(weight).max(axis=0), 1e-12) / QMAX
+    w_q = np.clip(np.round(weight / scale_w), -QMAX, QMAX).astype(np.int8)
+    x_q = relax.op.astype(relax.op.clip(relax.op.round(relax.op.multiply(
+        x, relax.const(np.array([1.0 / scale_x], np.float32)))), -QMAX, QMAX), "int8")
+    product = relax.op.matmul(x_q, relax.const(w_q), out_dtype="int32")
+    return relax.op.multiply(relax.op.astype(product, "float32"),
+                             relax.const((scale_x * scale_w).astype(np.float32)))
+
+
+@relax.expr_functor.mutator
+class _Int8(relax.PyExprMutator):
+    def __init__(self, mod: IRModule, peaks: dict[Any, float]) -> None:
+        super().__init__(mod)
+        self.peaks = peaks
+        self.n_converted = 0
+
+    def visit_call_(self, op: Any) -> Any:
+        call = self.visit_expr_post_order(op)
+        if op not in self.peaks:
+            return call
+        self.n_converted += 1
+        return _quantized_matmul(call.args[0], op.args[1].value.numpy(), self.peaks[op])
+
+
+def int8_pass(seed: int = 0) -> tvm.transform.Pass:
+    """The rewrite of the module doc; runs inside a target scope (``run_passes``)."""
+
+    @tvm.transform.module_pass(opt_level=0, name="QuantizeInt8")
+    def rewrite(mod: IRModule, ctx: Any) -> IRModule:
+        target = tvm.target.Target.current()
+        entry = "main"
+        candidates = _candidates(mod[entry])
+        if not candidates:
+            return mod
+        peaks = calibrate(mod, target, entry, seed)
+        converter = _Int8(mod, dict(zip(candidates, peaks, strict=True)))
+        return mutate_graph_functions(mod, converter, lambda: converter.n_converted > 0)
+
+    return rewrite
