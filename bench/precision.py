@@ -1,8 +1,8 @@
-"""Mixed precision: each model tuned and compiled in float32 and in bf16 (--precision), timed beside ONNX Runtime
+"""Lower precision: each model tuned and compiled in float32, bf16 and int8 (--precision), timed beside ONNX Runtime
 (float32: its CPU provider has no bf16 matmul) and PyTorch in float32 and in bfloat16 (``module.to(bfloat16)``).
 
     python bench/precision.py                                   # zoo:bert and zoo:resnet18, 180 s of tuning each
-    python bench/precision.py --models bert --time 30 --out precision_quick
+    python bench/precision.py --models bert --time 30 --precisions fp32,bf16 --out precision_quick
 
 Each model is built in code with random weights (autosched.models.zoo), exported to ONNX and imported from
 that file. autosched tunes it once per precision with the same wall-time budget (``tune_model``, whole process
@@ -51,7 +51,7 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
     path = zoo.export_onnx(name, work / f"{name}.onnx")
     module, (example,) = zoo.build(name)
     tuning, compiled = {}, {}
-    for precision in ("fp32", "bf16"):
+    for precision in args.precisions.split(","):
         print(f"[{name}] tuning {precision} for {args.time:.0f} s ...", flush=True)
         tuning[precision] = _tune(path, work / f"{name}_{precision}.db", precision, args.time, args.threads)
         compiled[precision] = compile_model(str(path), "llvm", str(work / f"{name}_{precision}.db"), args.threads,
@@ -71,38 +71,44 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
         want = session.run(None, {"x": inputs[0]})
         errors["torch_bf16"] = max_relative_error([module_bf16(t16).float().numpy()], want)
         x = inputs[0]
-        calls = {"autosched_fp32": lambda: compiled["fp32"](x), "autosched_bf16": lambda: compiled["bf16"](x),
-                 "onnxruntime_fp32": lambda: session.run(None, {"x": x}), "torch_fp32": lambda: module(t32),
-                 "torch_bf16": lambda: module_bf16(t16)}
+        calls = {f"autosched_{p}": (lambda m=m: m(x)) for p, m in compiled.items()}
+        calls.update({"onnxruntime_fp32": lambda: session.run(None, {"x": x}), "torch_fp32": lambda: module(t32),
+                      "torch_bf16": lambda: module_bf16(t16)})
         times = {k: statistics.median(v) for k, v in time_interleaved(calls, args.repeat, min_round_s=0.2).items()}
     row = {"model": name, "tuning_s": {k: v[0] for k, v in tuning.items()},
            "tasks": {k: v[1] for k, v in tuning.items()}, "max_rel_error_vs_fp32": errors,
-           "precision_error_on_compile": compiled["bf16"].precision_error, "load": load_now(),
+           "precision_error_on_compile": {p: m.precision_error for p, m in compiled.items() if p != "fp32"},
+           "load": load_now(),
            **{f"{k}_s": v for k, v in times.items()}}
     if name in CLASSIFIERS:
         batch = [rng.standard_normal(example.shape).astype(np.float32) for _ in range(args.agreement)]
-        same = sum(int(np.argmax(compiled["bf16"](x)[0])) == int(np.argmax(session.run(None, {"x": x})[0]))
-                   for x in batch)
-        row["top1_agreement"] = same / len(batch)
+        want = [int(np.argmax(session.run(None, {"x": x})[0])) for x in batch]
+        row["top1_agreement"] = {p: sum(int(np.argmax(m(x)[0])) == w for x, w in zip(batch, want, strict=True))
+                                 / len(batch) for p, m in compiled.items() if p != "fp32"}
     return row
 
 
-def print_table(rows: list[dict]) -> None:
-    print("\n| model | autosched fp32 ms | autosched bf16 ms | bf16 speedup | ONNX Runtime fp32 ms | bf16 vs ORT | "
-          "PyTorch fp32 ms | PyTorch bf16 ms | bf16 max rel. error | top-1 agreement |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+def print_table(rows: list[dict], precisions: list[str]) -> None:
+    low = [p for p in precisions if p != "fp32"]
+    print("\n| model | autosched fp32 ms | " + " | ".join(f"autosched {p} ms | {p} speedup" for p in low)
+          + " | ONNX Runtime fp32 ms | PyTorch fp32 ms | PyTorch bf16 ms | "
+          + " | ".join(f"{p} max rel. error | {p} top-1 agreement" for p in low) + " |")
+    print("|---|" + "---:|" * (4 + 4 * len(low)))
     for r in rows:
-        agreement = f"{r['top1_agreement']:.1%}" if "top1_agreement" in r else "-"
-        print(f"| {r['model']} | {r['autosched_fp32_s'] * 1e3:.3f} | {r['autosched_bf16_s'] * 1e3:.3f} | "
-              f"{r['autosched_fp32_s'] / r['autosched_bf16_s']:.2f}x | {r['onnxruntime_fp32_s'] * 1e3:.3f} | "
-              f"{r['onnxruntime_fp32_s'] / r['autosched_bf16_s']:.2f}x | {r['torch_fp32_s'] * 1e3:.3f} | "
-              f"{r['torch_bf16_s'] * 1e3:.3f} | {r['max_rel_error_vs_fp32']['bf16']:.1e} | {agreement} |")
+        cells = [r["model"], f"{r['autosched_fp32_s'] * 1e3:.3f}"]
+        cells += [c for p in low for c in (f"{r[f'autosched_{p}_s'] * 1e3:.3f}",
+                                            f"{r['autosched_fp32_s'] / r[f'autosched_{p}_s']:.2f}x")]
+        cells += [f"{r[k] * 1e3:.3f}" for k in ("onnxruntime_fp32_s", "torch_fp32_s", "torch_bf16_s")]
+        cells += [c for p in low for c in (f"{r['max_rel_error_vs_fp32'][p]:.1e}",
+                                            f"{r['top1_agreement'][p]:.1%}" if "top1_agreement" in r else "-")]
+        print("| " + " | ".join(cells) + " |")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="bert,resnet18", help="zoo models")
     p.add_argument("--time", type=float, default=180, help="tuning seconds per model and precision")
+    p.add_argument("--precisions", default="fp32,bf16,int8", help="fp32 first, then any of bf16, fp16, int8")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeat", type=int, default=7, help="interleaved timing rounds")
     p.add_argument("--agreement", type=int, default=200, help="random inputs for the top-1 agreement")
@@ -114,7 +120,7 @@ def main() -> None:
     work = Path(args.db_dir or tempfile.mkdtemp(prefix="autosched-precision-"))
     work.mkdir(parents=True, exist_ok=True)
     rows = [bench_model(name, args, work) for name in args.models.split(",")]
-    print_table(rows)
+    print_table(rows, args.precisions.split(","))
     write_json(args.out, {"machine": machine_info(), "args": vars(args), "rows": rows})
 
 
