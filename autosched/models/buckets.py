@@ -321,15 +321,10 @@ def compile_buckets(symbolic: SymbolicInputs, models: list[tuple[Sizes, Model]],
         sizes_of[label] = sizes
         outputs.append((sizes, compiled[label](*check_inputs(model.inputs, seed))))
     names = [s.name for s in models[0][1].inputs]
-
-    def exact(sizes: Sizes) -> Any:
-        assert reload is not None
-        return compile_unscheduled(reload(sizes), target)
-
+    exact = (lambda sizes: compile_unscheduled(reload(sizes), target)) if reload is not None else None
     axes = output_axes(outputs)
-    bucketed = BucketedModel(symbolic, names, compiled, sizes_of, False, axes or [],
-                             exact if reload is not None else None)
-    bucketed.pads, bucketed.pad_check = _check_padding(bucketed, models, axes, exact if reload else None, seed)
+    bucketed = BucketedModel(symbolic, names, compiled, sizes_of, False, axes or [], exact)
+    bucketed.pads, bucketed.pad_check = _check_padding(bucketed, models, axes, exact, seed)
     return bucketed
 
 
@@ -414,6 +409,3 @@ def load_buckets_library(path: Path, meta: dict[str, Any]) -> BucketedModel:
                          meta["pads"], [{int(i): s for i, s in axes.items()} for axes in meta["output_axes"]],
                          exact, meta.get("pad_check", ""))
 
-
-def describe(inputs: Sequence[InputSpec]) -> str:
-    return ", ".join(f"{s.name} {'x'.join(map(str, s.shape))}" for s in inputs)
