@@ -181,13 +181,13 @@ class OptunaStrategy(SearchStrategy):
 
     def propose(self, params: dict[str, Any]) -> None:
         """Measure this setting next (e.g. a similar task's best), unless it is already queued."""
-        self.study.enqueue_trial(params, skip_if_exists=True)
+        self.study.enqueue_trial(params, skip_if_exists=True, user_attrs={OWNER_ATTR: _owner(os.getpid())})
 
     def ask(self, n: int) -> list[Candidate]:
         start = time.perf_counter()
         if self.screen is not None and self.screen.ready:
             for proposal in self._screened(n):
-                self.study.enqueue_trial(proposal.params)
+                self.study.enqueue_trial(proposal.params, user_attrs={OWNER_ATTR: _owner(os.getpid())})
                 self._scores[proposal.key] = proposal.score
         out = self._ask_direct(n)
         self._asked_at = time.perf_counter()
@@ -308,6 +308,16 @@ class OptunaStrategy(SearchStrategy):
         out.update(self._random_knobs(design, rng, [str(name) for name in names]))
         return out
 
+    def _ask_owned(self) -> Trial:
+        """A trial that names its tuner from the moment it exists (a queued trial carries the owner into
+        ``ask``), so a kill between ask and tell never leaves a RUNNING trial nobody can tell is orphaned."""
+        owner = _owner(os.getpid())
+        if not self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            self.study.enqueue_trial({}, user_attrs={OWNER_ATTR: owner})
+        trial = self.study.ask()
+        trial.set_user_attr(OWNER_ATTR, owner)  # the queued trial may be another tuner's
+        return trial
+
     def _ask_direct(self, n: int) -> list[Candidate]:
         out: list[Candidate] = []
         tries = 0
@@ -315,8 +325,7 @@ class OptunaStrategy(SearchStrategy):
             if len(self._seen) + len(self._pending) >= self.space.size():
                 break  # every distinct setting has been proposed
             tries += 1
-            trial = self.study.ask()
-            trial.set_user_attr(OWNER_ATTR, _owner(os.getpid()))
+            trial = self._ask_owned()
             params = self._suggest(trial)
             try:
                 sch = self.space.apply(params)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 
@@ -151,6 +152,21 @@ def test_abandoned_candidates_fail_and_stale_running_trials_are_failed(matmul_sp
     storage.set_trial_user_attr(trial_id, OWNER_ATTR, [socket.gethostname(), dead.pid, 0.0])
     s3 = OptunaStrategy(matmul_space, "task", storage, "tpe", 0)
     assert s3.study.get_trials()[cands[1].trial_number].state is TrialState.FAIL
+
+
+def test_a_trial_names_its_tuner_from_the_moment_it_exists(matmul_space, monkeypatch):
+    """A tuner killed between Optuna's ask and anything after it still leaves a trial the next run can fail."""
+    storage = optuna.storages.InMemoryStorage()
+    s = OptunaStrategy(matmul_space, "task", storage, "tpe", 0)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(optuna.trial.Trial, "set_user_attr", killed)
+    with pytest.raises(KeyboardInterrupt):
+        s.ask(1)
+    (running,) = s.study.get_trials(states=(TrialState.RUNNING,))
+    assert running.user_attrs[OWNER_ATTR][:2] == [socket.gethostname(), os.getpid()]
 
 
 def test_a_sibling_shapes_best_is_fitted_into_this_space(matmul_space, cpu_target):
