@@ -52,7 +52,7 @@ def test_primfunc_task_uses_the_unscheduled_build_as_reference(tmp_path, cpu_tar
     mod = get_workload("softmax").prim_func((8, 64))
     task = primfunc_task("softmax_from_relax", mod, cpu_target, settings_for(cpu_target).version)
     assert task.reference is None and task.flops > 0
-    cfg = TuneConfig(n_trials=4, batch_size=4, n_threads=1, min_repeat_ms=1)
+    cfg = TuneConfig(n_trials=4, batch_size=4, n_threads=1, min_repeat_ms=1, build_timeout_s=60)  # loaded CI
     db = open_database(":memory:")
     with TuningSession(cfg, task.target_json) as session:
         result = session.tune(task, db)
