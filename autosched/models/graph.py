@@ -192,7 +192,8 @@ def graph_passes(precision: str = "fp32") -> list[GraphPass]:
         return GRAPH_PASSES
     at = next(i for i, p in enumerate(GRAPH_PASSES) if p.name == "legalize ops to TIR")
     if precision == "int8":
-        mixed = GraphPass("matmuls against weights in int8 (calibrated), int32 accumulation", int8_pass, optional=False)
+        mixed = GraphPass("matmuls and convolutions against weights in int8 (calibrated), int32 accumulation",
+                          int8_pass, optional=False)
     else:
         mixed = GraphPass(f"matmuls and convolutions in {precision}, float32 accumulation",
                           lambda: mixed_precision_pass(precision), optional=False)

@@ -89,13 +89,27 @@ class _LowPrecision(relax.PyExprMutator):
             return call
         a, b = (relax.op.astype(x, self.dtype) for x in call.args[:2])
         self.n_converted += 1
-        if call.op.name == "relax.matmul":
-            return relax.op.matmul(a, b, out_dtype="float32")
-        attrs = call.attrs
-        make = getattr(relax.op.nn, call.op.name.removeprefix("relax.nn."))
-        return make(a, b, strides=attrs.strides, padding=attrs.padding, dilation=attrs.dilation, groups=attrs.groups,
-                    data_layout=attrs.data_layout, kernel_layout=attrs.kernel_layout, out_layout=attrs.out_layout,
-                    out_dtype="float32")
+        return remake_product(call, a, b, "float32")
+
+
+def remake_product(call: Any, a: Any, b: Any, out_dtype: str) -> Any:
+    """The matmul or convolution ``call`` (one of ``LOW_PRECISION_OPS``) of other operands, returning
+    ``out_dtype``: every other attribute (strides, padding, layouts) kept."""
+    if call.op.name == "relax.matmul":
+        return relax.op.matmul(a, b, out_dtype=out_dtype)
+    attrs = call.attrs
+    make = getattr(relax.op.nn, call.op.name.removeprefix("relax.nn."))
+    return make(a, b, strides=attrs.strides, padding=attrs.padding, dilation=attrs.dilation, groups=attrs.groups,
+                data_layout=attrs.data_layout, kernel_layout=attrs.kernel_layout, out_layout=attrs.out_layout,
+                out_dtype=out_dtype)
+
+
+def output_channel_axes(call: Any) -> tuple[int, int]:
+    """(the weight's output-channel axis, the result's channel axis) of a matmul [.., K] x [K, N] or a
+    convolution in any layout."""
+    if call.op.name == "relax.matmul":
+        return 1, len(call.ty.shape.values) - 1
+    return str(call.attrs.kernel_layout).index("O"), str(call.attrs.out_layout).index("C")
 
 
 def mixed_precision_pass(precision: str) -> tvm.transform.Pass:

@@ -1,12 +1,14 @@
-"""int8 as a graph rewrite with calibration: matmuls against constant weights compute in int8 x int8 -> int32.
+"""int8 as a graph rewrite with calibration: matmuls and convolutions against constant weights compute in
+int8 x int8 -> int32.
 
 The policy (``--precision int8``):
-- a matmul whose second operand is a constant float32 weight [K, N] becomes: the activation quantized per tensor
-  (scale = max |x| over the calibration inputs / 127, symmetric, clipped to +-127), the weight quantized per
-  output channel (scale[n] = max |W[:, n]| / 127, symmetric), an int32 matmul, and a float32 rescale by
-  scale_x * scale_w[n];
-- kept in float32: every other operator, convolutions (not quantized yet), and the matmuls whose result reaches
-  a model output through no other matmul or convolution (the logits: ``precision.final_products``).
+- a matmul whose second operand is a constant float32 weight [K, N], or a convolution (1-, 2- or 3-D, any
+  layout, grouped or not) with a constant float32 kernel, becomes: the activation quantized per tensor
+  (scale = max |x| over the calibration inputs / 127, symmetric, so zero padding stays exact; clipped to
+  +-127), the weight quantized per output channel (scale[n] = max |W[n]| / 127 over the other axes, symmetric),
+  an int32 product, and a float32 rescale by scale_x * scale_w[n] along the result's channel axis;
+- kept in float32: every other operator, and the matmuls and convolutions whose result reaches a model output
+  through no other matmul or convolution (the logits: ``precision.final_products``).
 
 Calibration runs the float32 model (an untuned build of it, at this point of the graph rewrites) on
 ``N_CALIBRATION`` random inputs with a fixed seed (float inputs standard normal, integer inputs zero, as
@@ -21,23 +23,25 @@ from typing import Any
 import numpy as np
 
 from autosched._tvm import IRModule, cpu_device, mutate_graph_functions, relax, tvm
-from autosched.models.precision import final_products
+from autosched.models.precision import LOW_PRECISION_OPS, final_products, output_channel_axes, remake_product
 
 N_CALIBRATION = 8
 QMAX = 127.0
 
 
 def _is_candidate(value: Any) -> bool:
-    """A float32 matmul of an activation by a constant 2-D float32 weight."""
-    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.matmul"):
+    """A float32 matmul of an activation by a constant 2-D float32 weight, or a float32 convolution of an
+    activation by a constant kernel."""
+    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name in LOW_PRECISION_OPS):
         return False
     x, w = value.args[:2]
-    return (isinstance(w, tvm.ir.GenericConst) and len(w.value.shape) == 2 and str(w.value.dtype) == "float32"
+    return (isinstance(w, tvm.ir.GenericConst) and str(w.value.dtype) == "float32"
+            and (value.op.name != "relax.matmul" or len(w.value.shape) == 2)
             and not isinstance(x, tvm.ir.GenericConst) and str(getattr(x.ty, "dtype", "")) == "float32")
 
 
 def _candidates(func: relax.Function) -> list[Any]:
-    """The candidate matmul calls of ``func`` in binding order, the final products left out."""
+    """The candidate matmul and convolution calls of ``func`` in binding order, the final products left out."""
     final = final_products(func)
     return [b.value for block in func.body.blocks for b in block.bindings
             if isinstance(b, relax.VarBinding) and _is_candidate(b.value) and b.value not in final]
@@ -54,7 +58,7 @@ def _random_inputs(func: relax.Function, seed: int) -> list[np.ndarray]:
 
 
 def calibrate(mod: IRModule, target: Any, entry: str = "main", seed: int = 0) -> list[float]:
-    """max |activation| of every candidate matmul of ``entry`` over ``N_CALIBRATION`` random inputs, from an
+    """max |activation| of every candidate product of ``entry`` over ``N_CALIBRATION`` random inputs, from an
     untuned float32 build that returns those activations."""
     func = relax.transform.ToNonDataflow()(mod)[entry]
     activations = [call.args[0] for call in _candidates(func)]
@@ -74,15 +78,18 @@ def calibrate(mod: IRModule, target: Any, entry: str = "main", seed: int = 0) ->
     return [float(p) for p in peaks]
 
 
-def _quantized_matmul(x: Any, weight: np.ndarray, peak: float) -> Any:
+def _quantized_product(call: Any, x: Any, weight: np.ndarray, peak: float) -> Any:
+    """``call`` (of ``x`` by the constant ``weight``) as int8 x int8 -> int32 and a float32 rescale."""
+    w_axis, out_axis = output_channel_axes(call)
+    other_axes = tuple(i for i in range(weight.ndim) if i != w_axis)
     scale_x = max(peak, 1e-12) / QMAX
-    scale_w = np.maximum(np.abs(weight).max(axis=0), 1e-12) / QMAX
-    w_q = np.clip(np.round(weight / scale_w), -QMAX, QMAX).astype(np.int8)
+    scale_w = np.maximum(np.abs(weight).max(axis=other_axes), 1e-12) / QMAX
+    w_q = np.clip(np.round(weight / np.expand_dims(scale_w, other_axes)), -QMAX, QMAX).astype(np.int8)
     x_q = relax.op.astype(relax.op.clip(relax.op.round(relax.op.multiply(
         x, relax.const(np.array([1.0 / scale_x], np.float32)))), -QMAX, QMAX), "int8")
-    product = relax.op.matmul(x_q, relax.const(w_q), out_dtype="int32")
-    return relax.op.multiply(relax.op.astype(product, "float32"),
-                             relax.const((scale_x * scale_w).astype(np.float32)))
+    product = remake_product(call, x_q, relax.const(w_q), "int32")
+    rescale = (scale_x * scale_w).astype(np.float32).reshape([-1] + [1] * (len(call.ty.shape.values) - 1 - out_axis))
+    return relax.op.multiply(relax.op.astype(product, "float32"), relax.const(rescale))
 
 
 @relax.expr_functor.mutator
@@ -97,7 +104,7 @@ class _Int8(relax.PyExprMutator):
         if op not in self.peaks:
             return call
         self.n_converted += 1
-        return _quantized_matmul(call.args[0], op.args[1].value.numpy(), self.peaks[op])
+        return _quantized_product(call, call.args[0], op.args[1].value.numpy(), self.peaks[op])
 
 
 def int8_pass(seed: int = 0) -> tvm.transform.Pass:
