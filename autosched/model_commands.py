@@ -347,14 +347,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_buckets_command(args)
     from autosched._tvm import set_num_threads
     from autosched.models.build import compile_unscheduled
-    from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
+    from autosched.models.reference import max_relative_error, onnxruntime_session, reference_session, run_onnxruntime
     from autosched.timing import time_interleaved
 
     model, target, fused = _load(args, args.threads)
     session = onnxruntime_session(model, args.threads)  # refuses non-ONNX models before any build
     db = _open_existing(args.db)
     inputs = model.random_inputs(args.seed)
-    want = run_onnxruntime(session, model, inputs)
+    want = run_onnxruntime(reference_session(model, args.threads, session), model, inputs)
     tuned = _compile_showing_progress(model, target, db, fused)
     _warn_if_no_match(tuned, db, target)
     untuned = compile_unscheduled(model, target, fused=fused)

@@ -21,6 +21,7 @@ from autosched.errors import GraphError
 from autosched.models.constant_folding import fold_simple_constants
 from autosched.models.op_fixes import fix_operator_patterns
 from autosched.models.precision import mixed_precision_pass, precision_of
+from autosched.models.qdq import integer_qdq_products
 from autosched.models.quantize import int8_pass
 from autosched.models.reshape_sinking import sink_reshapes
 from autosched.tasks import Task, primfunc_task
@@ -61,6 +62,7 @@ T = relax.transform
 # fails on a model fails the same way both times, so both see the same fusion groups.
 GRAPH_PASSES: list[GraphPass] = [
     GraphPass("fix operator patterns TVM fails on", lambda: fix_operator_patterns),
+    GraphPass("quantized (QDQ) matmuls and convolutions in integers", lambda: integer_qdq_products),
     GraphPass("fold batch-norm into conv weights", _fold_batch_norm),
     GraphPass("decompose remaining ops for inference", T.DecomposeOpsForInference, optional=False),
     GraphPass("canonicalize bindings", T.CanonicalizeBindings),

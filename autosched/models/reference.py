@@ -27,6 +27,27 @@ def onnxruntime_session(model: Model | bytes, n_threads: int, profile: bool = Fa
     return ort.InferenceSession(onnx_bytes, opts, providers=["CPUExecutionProvider"])
 
 
+def has_qdq(onnx_bytes: bytes | None) -> bool:
+    """Whether an ONNX model is quantized with QuantizeLinear/DequantizeLinear pairs (QDQ)."""
+    return onnx_bytes is not None and b"DequantizeLinear" in onnx_bytes
+
+
+def reference_session(model: Model, n_threads: int, timed: Any) -> Any:
+    """The ONNX Runtime session to check outputs against: ``timed`` (a default session), except for a QDQ model,
+    which gets a session that computes what the model says (graph optimizations at the basic level): ONNX
+    Runtime's fused integer kernels (QLinearConv, QLinearMatMul) saturate uint8 x int8 pair sums on x86 CPUs
+    without VNNI, so the default session's outputs can be off by tens of quantization steps."""
+    if not has_qdq(model.onnx_bytes):
+        return timed
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = n_threads, 1
+    opts.log_severity_level = 3
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    return ort.InferenceSession(model.onnx_bytes, opts, providers=["CPUExecutionProvider"])
+
+
 def run_onnxruntime(session: Any, model: Model, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return list(session.run(None, {spec.name: x for spec, x in zip(model.inputs, inputs, strict=True)}))
 

@@ -1,0 +1,100 @@
+"""Models that come quantized (ONNX QDQ, made here by ONNX Runtime's own quantizer): their matmuls and
+convolutions compute in integers with the model's scales, and give what the model says."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from conftest import mlp
+from test_precision import two_convs
+
+from autosched._tvm import arg_specs
+from autosched.cli import main
+from autosched.models.build import compile_unscheduled
+from autosched.models.frontends import load_model
+from autosched.models.graph import fusion_groups, rewrite
+from autosched.tasks import make_target
+
+ort = pytest.importorskip("onnxruntime")
+quantization = pytest.importorskip("onnxruntime.quantization")
+
+
+def _quantized(tmp_path, name, model, weight_type="QInt8") -> str:
+    """``model`` through ONNX Runtime's static quantizer (QDQ format, per-channel int8 weights, uint8
+    activations calibrated on 8 random inputs)."""
+    source, out = tmp_path / f"{name}.onnx", tmp_path / f"{name}_qdq.onnx"
+    onnx.save(model, source)
+    spec = model.graph.input[0]
+    shape = [d.dim_value for d in spec.type.tensor_type.shape.dim]
+
+    class Reader(quantization.CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(0)
+            self.batches = iter([{spec.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantization.quantize_static(str(source), str(out), Reader(), quant_format=quantization.QuantFormat.QDQ,
+                                 per_channel=True, weight_type=getattr(quantization.QuantType, weight_type),
+                                 activation_type=quantization.QuantType.QUInt8)
+    return str(out)
+
+
+def _literal_outputs(path: str, inputs: list[np.ndarray]) -> np.ndarray:
+    """What the QDQ model says, from ONNX Runtime without graph optimizations (no fused integer kernels)."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: inputs[0]})[0]
+
+
+def _output_step(path: str) -> float:
+    """The output's quantization step (the scale of the last QuantizeLinear)."""
+    graph = onnx.load(path).graph
+    last = [n for n in graph.node if n.op_type == "QuantizeLinear"][-1]
+    scale = next(i for i in graph.initializer if i.name == last.input[1])
+    return float(onnx.numpy_helper.to_array(scale))
+
+
+def _products(model) -> list:
+    return [g for g in fusion_groups(rewrite(model.mod, make_target("llvm", 1)))
+            if "matmul" in g.name or "conv" in g.name]
+
+
+@pytest.mark.parametrize("name, source", [("mlp", mlp(batch=4)), ("convs", two_convs())])
+def test_quantized_products_compute_in_integers_and_match_the_model(tmp_path, name, source):
+    path = _quantized(tmp_path, name, source)
+    model = load_model(path)
+    products = _products(model)
+    assert len(products) == 2
+    for group in products:  # uint8 activations by int8 weights, summed in int32
+        assert {"uint8", "int8"} <= {dtype for _, dtype in arg_specs(group.func)}, group.name
+        assert "int32" in group.func.script(), group.name
+    compiled = compile_unscheduled(model, make_target("llvm", 1))
+    step = _output_step(path)
+    for seed in range(3):
+        inputs = model.random_inputs(seed)
+        # float rounding may move a value across a rounding boundary of the output's quantization: one step
+        assert np.abs(compiled(*inputs)[0] - _literal_outputs(path, inputs)).max() <= step * 1.001
+
+
+def test_a_weight_with_a_zero_point_stays_float_and_is_still_right(tmp_path):
+    path = _quantized(tmp_path, "mlp", mlp(batch=4), weight_type="QUInt8")
+    weight_zero_points = [i for i in onnx.load(path).graph.initializer if i.name.startswith("W") and "zero" in i.name]
+    assert all(np.all(onnx.numpy_helper.to_array(z) != 0) for z in weight_zero_points)
+    model = load_model(path)
+    assert not any("int8" in {d for _, d in arg_specs(g.func)} for g in _products(model))
+    compiled = compile_unscheduled(model, make_target("llvm", 1))
+    inputs = model.random_inputs(0)
+    assert np.abs(compiled(*inputs)[0] - _literal_outputs(path, inputs)).max() <= _output_step(path) * 1.001
+
+
+def test_run_checks_a_quantized_model_against_what_it_says(tmp_path, capsys):
+    """ONNX Runtime's default session fuses QDQ into integer kernels that saturate on CPUs without VNNI;
+    ``autosched run`` checks against the model's own arithmetic and passes."""
+    path, flags = _quantized(tmp_path, "convs", two_convs()), ["--threads", "1", "--db", str(tmp_path / "q.db")]
+    assert main(["tune", path, *flags, "--trials", "2", "--quiet"]) == 0
+    assert main(["run", path, *flags, "--repeat", "1"]) == 0
+    assert "outputs match ONNX Runtime" in capsys.readouterr().out
