@@ -62,7 +62,6 @@ T = relax.transform
 # fails on a model fails the same way both times, so both see the same fusion groups.
 GRAPH_PASSES: list[GraphPass] = [
     GraphPass("fix operator patterns TVM fails on", lambda: fix_operator_patterns),
-    GraphPass("quantized (QDQ) matmuls and convolutions in integers", lambda: integer_qdq_products),
     GraphPass("fold batch-norm into conv weights", _fold_batch_norm),
     GraphPass("decompose remaining ops for inference", T.DecomposeOpsForInference, optional=False),
     GraphPass("canonicalize bindings", T.CanonicalizeBindings),
@@ -189,16 +188,19 @@ def run_passes(mod: IRModule, target: Target, passes: list[GraphPass],
 def graph_passes(precision: str = "fp32") -> list[GraphPass]:
     """``GRAPH_PASSES``, with the mixed-precision rewrite (``autosched.models.precision``) just before
     legalization when ``precision`` is not fp32: after batch norms folded into convolution weights and layouts
-    chosen, so it sees the final matmuls and convolutions."""
+    chosen, so it sees the final matmuls and convolutions. int8 also computes a QDQ model's quantized products
+    in integers (``autosched.models.qdq``), before constant folding turns its int8 weights into float ones."""
     if precision == "fp32":
         return GRAPH_PASSES
     at = next(i for i, p in enumerate(GRAPH_PASSES) if p.name == "legalize ops to TIR")
-    if precision == "int8":
+    if precision == "int8":  # a QDQ model's own quantized products first: before constant folding dequantizes
         mixed = GraphPass("matmuls and convolutions against weights in int8 (calibrated), int32 accumulation",
                           int8_pass, optional=False)
-    else:
-        mixed = GraphPass(f"matmuls and convolutions in {precision}, float32 accumulation",
-                          lambda: mixed_precision_pass(precision), optional=False)
+        qdq = GraphPass("quantized (QDQ) matmuls and convolutions in integers", lambda: integer_qdq_products,
+                        optional=False)
+        return [GRAPH_PASSES[0], qdq, *GRAPH_PASSES[1:at], mixed, *GRAPH_PASSES[at:]]
+    mixed = GraphPass(f"matmuls and convolutions in {precision}, float32 accumulation",
+                      lambda: mixed_precision_pass(precision), optional=False)
     return [*GRAPH_PASSES[:at], mixed, *GRAPH_PASSES[at:]]
 
 

@@ -1,12 +1,15 @@
-"""Models that come quantized (ONNX QuantizeLinear/DequantizeLinear pairs, "QDQ"): their matmuls and
-convolutions compute in integers, with the model's own scales and zero points.
+"""Models that come quantized (ONNX QuantizeLinear/DequantizeLinear pairs, "QDQ"), with ``--precision int8``:
+their matmuls and convolutions compute in integers, with the model's own scales and zero points.
 
-TVM's ONNX importer turns a QDQ model into float32 arithmetic on dequantized values: a matmul or convolution of
+TVM's ONNX importer turns a QDQ model into float32 arithmetic on dequantized values (what the model says, and
+what autosched runs without ``--precision``): a matmul or convolution of
 ``dequantize(x_q, s_x, z_x)`` by ``dequantize(W_q, s_w, 0)`` (a constant int8 weight, possibly transposed, as a
 ``Gemm`` imports). This pass rewrites each such product as the integer product of ``x_q`` (uint8 or int8) by
 ``W_q`` accumulated in int32, minus the zero point's share (the same product of a constant tensor filled with
 ``z_x``, folded at compile time; with padding, exactly what float zeros give), rescaled to float32 by
-``s_x * s_w`` along the output channels. The result equals the float32 product up to float rounding.
+``s_x * s_w`` along the output channels. The result equals the float32 product up to float rounding; in a
+deep network a value that this rounding moves across a rounding boundary of the next QuantizeLinear changes
+by one step, and that step grows through the layers after it (as with ONNX Runtime's own integer kernels).
 
 Left in float32 (as imported): products whose activation is not dequantized, whose weight has a non-zero
 zero point, or whose scales vary along any axis but the weight's output channels.
