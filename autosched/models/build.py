@@ -227,9 +227,9 @@ def precision_error(model: Model, compiled: CompiledModel, target: Target, n_inp
 
     inputs = [model.random_inputs(seed) for seed in range(n_inputs)]
     try:
-        from autosched.models.reference import onnxruntime_session, reference_session, run_onnxruntime
+        from autosched.models.reference import reference_session, run_onnxruntime
 
-        session = reference_session(model, 1, onnxruntime_session(model, 1))
+        session = reference_session(model, 1)
         want = [run_onnxruntime(session, model, x) for x in inputs]
     except UserInputError:  # not ONNX, or no onnxruntime
         fp32 = Model(model.name, with_precision(model.mod, "fp32"), model.inputs, model.source, entry=model.entry)

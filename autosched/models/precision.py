@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from autosched._tvm import IRModule, mutate_graph_functions, relax, tvm
 from autosched.errors import UserInputError
 
@@ -102,6 +104,14 @@ def remake_product(call: Any, a: Any, b: Any, out_dtype: str) -> Any:
     return make(a, b, strides=attrs.strides, padding=attrs.padding, dilation=attrs.dilation, groups=attrs.groups,
                 data_layout=attrs.data_layout, kernel_layout=attrs.kernel_layout, out_layout=attrs.out_layout,
                 out_dtype=out_dtype)
+
+
+def rescaled(call: Any, product: Any, scale: np.ndarray) -> Any:
+    """The int32 ``product`` (``call`` remade) as float32, times ``scale`` (one value per output channel)
+    along the result's channel axis."""
+    out_axis = output_channel_axes(call)[1]
+    scale = scale.astype(np.float32).reshape([-1] + [1] * (len(call.ty.shape.values) - 1 - out_axis))
+    return relax.op.multiply(relax.op.astype(product, "float32"), relax.const(scale))
 
 
 def output_channel_axes(call: Any) -> tuple[int, int]:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from autosched._tvm import IRModule, mutate_graph_functions, relax, tvm
-from autosched.models.precision import LOW_PRECISION_OPS, output_channel_axes, remake_product
+from autosched.models.precision import LOW_PRECISION_OPS, output_channel_axes, remake_product, rescaled
 
 
 def _call_of(expr: Any, op_name: str) -> Any | None:
@@ -91,16 +91,14 @@ class _IntegerProducts(relax.PyExprMutator):
             return call
         x_q, scale_x, zero_x = activation
         w_q, scale_w, axis = weight
-        w_axis, out_axis = output_channel_axes(call)
+        w_axis = output_channel_axes(call)[0]
         if axis is not None and axis != w_axis:
             return call
         product = remake_product(call, x_q, relax.const(w_q), "int32")
         if zero_x:
             product = relax.op.subtract(product, self._zero_point_share(call, x_q, w_q, zero_x))
-        rescale = (scale_x * scale_w).astype(np.float32)
-        rescale = rescale.reshape([-1] + [1] * (len(call.ty.shape.values) - 1 - out_axis))
         self.n_converted += 1
-        return relax.op.multiply(relax.op.astype(product, "float32"), relax.const(rescale))
+        return rescaled(call, product, scale_x * scale_w)
 
     @staticmethod
     def _zero_point_share(call: Any, x_q: Any, w_q: np.ndarray, zero_x: int) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from autosched._tvm import IRModule, cpu_device, mutate_graph_functions, relax, tvm
-from autosched.models.precision import LOW_PRECISION_OPS, final_products, output_channel_axes, remake_product
+from autosched.models.precision import LOW_PRECISION_OPS, final_products, output_channel_axes, remake_product, rescaled
 
 N_CALIBRATION = 8
 QMAX = 127.0
@@ -80,16 +80,14 @@ def calibrate(mod: IRModule, target: Any, entry: str = "main", seed: int = 0) ->
 
 def _quantized_product(call: Any, x: Any, weight: np.ndarray, peak: float) -> Any:
     """``call`` (of ``x`` by the constant ``weight``) as int8 x int8 -> int32 and a float32 rescale."""
-    w_axis, out_axis = output_channel_axes(call)
+    w_axis = output_channel_axes(call)[0]
     other_axes = tuple(i for i in range(weight.ndim) if i != w_axis)
     scale_x = max(peak, 1e-12) / QMAX
     scale_w = np.maximum(np.abs(weight).max(axis=other_axes), 1e-12) / QMAX
     w_q = np.clip(np.round(weight / np.expand_dims(scale_w, other_axes)), -QMAX, QMAX).astype(np.int8)
     x_q = relax.op.astype(relax.op.clip(relax.op.round(relax.op.multiply(
         x, relax.const(np.array([1.0 / scale_x], np.float32)))), -QMAX, QMAX), "int8")
-    product = remake_product(call, x_q, relax.const(w_q), "int32")
-    rescale = (scale_x * scale_w).astype(np.float32).reshape([-1] + [1] * (len(call.ty.shape.values) - 1 - out_axis))
-    return relax.op.multiply(relax.op.astype(product, "float32"), relax.const(rescale))
+    return rescaled(call, remake_product(call, x_q, relax.const(w_q), "int32"), scale_x * scale_w)
 
 
 @relax.expr_functor.mutator

@@ -32,13 +32,13 @@ def has_qdq(onnx_bytes: bytes | None) -> bool:
     return onnx_bytes is not None and b"DequantizeLinear" in onnx_bytes
 
 
-def reference_session(model: Model, n_threads: int, timed: Any) -> Any:
-    """The ONNX Runtime session to check outputs against: ``timed`` (a default session), except for a QDQ model,
-    which gets a session that computes what the model says (graph optimizations at the basic level): ONNX
-    Runtime's fused integer kernels (QLinearConv, QLinearMatMul) saturate uint8 x int8 pair sums on x86 CPUs
-    without VNNI, so the default session's outputs can be off by tens of quantization steps."""
+def reference_session(model: Model, n_threads: int, timed: Any = None) -> Any:
+    """The ONNX Runtime session to check outputs against: ``timed`` (a default session; made here if not given),
+    except for a QDQ model, which gets a session that computes what the model says (graph optimizations at the
+    basic level): ONNX Runtime's fused integer kernels (QLinearConv, QLinearMatMul) saturate uint8 x int8 pair
+    sums on x86 CPUs without VNNI, so the default session's outputs can be off by tens of quantization steps."""
     if not has_qdq(model.onnx_bytes):
-        return timed
+        return timed if timed is not None else onnxruntime_session(model, n_threads)
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
