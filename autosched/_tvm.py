@@ -60,6 +60,51 @@ TVM_VERSION: str = tvm.__version__
 SAMPLE_KINDS = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocation")
 
 
+_INTRINS = "tvm.s_tir.tensor_intrin"
+# Which of TVM's tensor-intrinsic modules a target kind can use. Importing the package registers all of them,
+# the CUDA ones alone taking ~2.5 s of TVMScript parsing; an LLVM target needs 0.5 s of them.
+_INTRIN_MODULES = {"llvm": ("x86", "arm_cpu", "riscv_cpu"), "cuda": ("cuda",), "nvptx": ("cuda",),
+                   "rocm": ("rocm",), "metal": ("metal",), "hexagon": ("hexagon",), "c": ()}
+
+
+def load_tensor_intrins(target: Target) -> None:
+    """Register TVM's tensor intrinsics for ``target`` before a ``TuneContext`` is made for it.
+
+    ``TuneContext`` imports ``tvm.s_tir.tensor_intrin``, whose ``__init__`` registers every target's
+    intrinsics. Unless that package is already imported, it is registered here without running its
+    ``__init__`` (so ``TuneContext``'s import finds it and does nothing) and only the modules the target's
+    kind can use are imported; a kind not known here gets the whole package.
+    """
+    names = _INTRIN_MODULES.get(target.kind.name)
+    package = _intrin_package()
+    if names is None and getattr(package, "__autosched_partial__", False):
+        package.__spec__.loader.exec_module(package)  # the package's own __init__: every target's intrinsics
+        package.__autosched_partial__ = False
+    for name in names or ():
+        load_tensor_intrin_module(name)
+
+
+def load_tensor_intrin_module(name: str) -> None:
+    """Import one of TVM's tensor-intrinsic modules (``"x86"``, ``"cuda"``, ...) without the others."""
+    import importlib
+
+    _intrin_package()
+    importlib.import_module(f"{_INTRINS}.{name}")
+
+
+def _intrin_package() -> Any:
+    import importlib.util
+
+    package = sys.modules.get(_INTRINS)
+    if package is None:
+        spec = importlib.util.find_spec(_INTRINS)
+        package = importlib.util.module_from_spec(spec)
+        package.__autosched_partial__ = True
+        sys.modules[_INTRINS] = package
+        s_tir.tensor_intrin = package
+    return package
+
+
 def structural_hash(obj: Any) -> int:
     return int(tvm_ffi.structural_hash(obj))
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autosched._tvm import Target, load_json, ms
+from autosched._tvm import Target, load_json, load_tensor_intrins, ms
 from autosched.apply import schedule_from_record
 from autosched.cost.features import N_FEATURES, FeatureExtractor
 from autosched.cost.xgb import XGBCostModel
@@ -35,6 +35,7 @@ def task_dataset(db, row) -> tuple[np.ndarray, np.ndarray] | None:
     ok = [r.latency_s for r in records if r.status is Status.OK and r.latencies_s]
     if len(ok) < 2:
         return None
+    load_tensor_intrins(target)
     extractor = FeatureExtractor(ms.TuneContext(mod=mod, target=target, task_name="main"))
     schedules, lat = [], []
     for rec in records:

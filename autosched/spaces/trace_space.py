@@ -16,7 +16,17 @@ from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
-from autosched._tvm import SAMPLE_KINDS, IRModule, Schedule, ScheduleError, Target, Trace, as_python, ms
+from autosched._tvm import (
+    SAMPLE_KINDS,
+    IRModule,
+    Schedule,
+    ScheduleError,
+    Target,
+    Trace,
+    as_python,
+    load_tensor_intrins,
+    ms,
+)
 from autosched.errors import InvalidConfig
 from autosched.spaces.base import SearchSpace
 from autosched.spaces.settings import SpaceSettings
@@ -81,6 +91,7 @@ class TraceSearchSpace(SearchSpace):
     def __init__(self, mod: IRModule, target: Target, settings: SpaceSettings, seed: int = 0):
         self.target, self.settings, self.version = target, settings, settings.version
         self.mod = settings.prepare(mod)  # what is scheduled (records replay on the same: apply.py)
+        load_tensor_intrins(target)
         ctx = ms.TuneContext(
             mod=self.mod,
             target=target,

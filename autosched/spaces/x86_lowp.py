@@ -24,7 +24,7 @@ inputs/outputs flushed to zero, round-to-nearest-even; the ref twins accumulate 
 
 from __future__ import annotations
 
-from autosched._tvm import s_tir
+from autosched._tvm import load_tensor_intrin_module, s_tir
 
 BF16_DOT_16x2 = "dot_16x2_bf16_avx512"
 BF16_DOT_16x2_REF = "dot_16x2_bf16_ref"
@@ -148,7 +148,7 @@ def register_lowp_intrins() -> dict[str, str]:
 
     Returns {role: intrin name}: roles "bf16", "bf16_ref", "int8" (VNNI), "int8_ref".
     """
-    import tvm.s_tir.tensor_intrin.x86  # noqa: F401  (registers dot_16x4_vnni / dot_16x4_avx512)
+    load_tensor_intrin_module("x86")  # registers dot_16x4_vnni / dot_16x4_avx512
 
     if not _registered:
         for name, (desc, impl) in _build().items():

@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -127,3 +130,27 @@ def test_register_tile_check_rejects_huge_innermost_tiles(cpu_target):
             params[name] = top
     with pytest.raises(InvalidConfig, match="register tile of 4096 elements"):
         space.apply(params)
+
+
+def test_a_cpu_space_registers_the_cpu_intrinsics_only_and_a_cuda_space_then_gets_its_own():
+    """TVM's tensor-intrinsic package registers every target's intrinsics (the CUDA ones take seconds of
+    parsing); a space registers the ones its target can use. In a fresh process: what a test session
+    registered earlier would hide the difference."""
+    script = textwrap.dedent("""
+        import sys
+        from autosched._tvm import s_tir
+        from autosched.spaces.settings import settings_for
+        from autosched.spaces.trace_space import TraceSearchSpace
+        from autosched.tasks import make_target, op_task
+
+        def registered(name):
+            return s_tir.TensorIntrin.get(name, allow_missing=True) is not None
+
+        for target in (make_target("llvm", 1), make_target("cuda")):
+            task = op_task("matmul", (64, 64, 64), target, settings_for(target).version)
+            TraceSearchSpace(task.mod, target, settings_for(target))
+            print(registered("dot_16x4_vnni"), registered("mma_ldmatrix_f16_a"))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False", "True", "True"]
