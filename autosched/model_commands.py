@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -16,12 +15,6 @@ from rich.table import Table
 
 from autosched.commands import _config, _fmt_s, _gflops, err, out
 from autosched.errors import UserInputError
-
-if TYPE_CHECKING:
-    from autosched.config import TuneConfig
-    from autosched.session import TuningSession
-    from autosched.tune import Deadline
-
 from autosched.progress import BAR, JSON, QUIET, emit, mode_of, progress_display, step
 
 
@@ -170,26 +163,17 @@ def _summary(changed: dict[str, int]) -> str:
 
 # --- tune ------------------------------------------------------------------------------------------------
 def tune_model_command(args: argparse.Namespace) -> int:
-    from autosched.session import TuningSession
-    from autosched.targets import target_json
+    from autosched.db import open_database
+    from autosched.models.graph import extract_tasks, fusion_groups
+    from autosched.models.tuning import tune_model_tasks
+    from autosched.session import TuningSession, check_tvm_version, load_start_model
+    from autosched.spaces.settings import settings_for
     from autosched.tune import Deadline
 
     cfg = _config(args)
     if args.time is not None:  # --time alone lifts the trial limit
         cfg = cfg.replace(time_budget_s=args.time, n_trials=cfg.n_trials if args.trials else 0)
     deadline = Deadline.after(cfg.time_budget_s)  # the budget covers the whole command from here
-    with TuningSession(cfg, target_json(_model_target(args, cfg.threads))) as session:
-        session.start_workers()  # while the model is imported and rewritten
-        return _tune_model(args, cfg, deadline, session)
-
-
-def _tune_model(args: argparse.Namespace, cfg: TuneConfig, deadline: Deadline, session: TuningSession) -> int:
-    from autosched.db import open_database
-    from autosched.models.graph import extract_tasks, fusion_groups
-    from autosched.models.tuning import tune_model_tasks
-    from autosched.session import check_tvm_version, load_start_model
-    from autosched.spaces.settings import settings_for
-
     if getattr(args, "shape_buckets", None):
         model, target, tasks, n_groups = _bucket_tasks(args, cfg.threads)
     else:
@@ -216,7 +200,8 @@ def _tune_model(args: argparse.Namespace, cfg: TuneConfig, deadline: Deadline, s
                         TextColumn("{task.fields[now]}"), TimeElapsedColumn(), TextColumn("{task.fields[left]}"),
                         console=err)
 
-    with progress_display(mode, bar, model.name, total, est="?", untuned="?", now="", left="left ~?") as update:
+    with TuningSession(cfg, tasks[0].target_json) as session, progress_display(
+            mode, bar, model.name, total, est="?", untuned="?", now="", left="left ~?") as update:
         of_budget = f" of {cfg.time_budget_s:g}s" if cfg.time_budget_s else ""
 
         def on_progress(p) -> None:

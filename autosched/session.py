@@ -126,12 +126,6 @@ class TuningSession:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def start_workers(self) -> None:
-        """Start the builder's and runner's workers in the background (seconds of importing TVM in each),
-        while this process goes on with other work, such as importing and rewriting a model."""
-        self.builder.start()
-        self.runner.start()
-
     def close(self) -> None:
         self.builder.close()
         self.runner.close()

@@ -20,9 +20,6 @@ class Builder(abc.ABC):
     @abc.abstractmethod
     def build(self, candidates: list[Candidate]) -> list[BuildResult]: ...
 
-    def start(self) -> None:
-        """Start worker processes in the background, before the first call needs them (optional)."""
-
     def close(self) -> None:
         """Release worker processes."""
 
@@ -30,9 +27,6 @@ class Builder(abc.ABC):
 class Runner(abc.ABC):
     @abc.abstractmethod
     def run(self, builds: list[BuildResult], io: TaskIO) -> list[MeasureResult]: ...
-
-    def start(self) -> None:
-        """Start worker processes in the background, before the first call needs them (optional)."""
 
     def close(self) -> None:
         """Release worker processes."""

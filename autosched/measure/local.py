@@ -11,7 +11,6 @@ import logging
 import os
 import statistics
 import tempfile
-import threading
 import time
 from concurrent.futures import Future
 
@@ -42,96 +41,44 @@ class _Pool:
     """A PopenPoolExecutor whose workers are started before the first candidate's timeout runs.
 
     A worker that crashes or times out is killed by TVM's PopenWorker and restarted lazily, its
-    initializer running before (not within) the next candidate's timeout. ``start`` starts the workers in a
-    background thread (a worker start is mostly importing TVM: seconds the caller can spend on other work).
+    initializer running before (not within) the next candidate's timeout.
     """
 
     def __init__(self, n_workers: int, timeout_s: float, n_threads: int | None = None):
         self.n_workers, self.timeout_s, self.n_threads = n_workers, timeout_s, n_threads
         self._pool: PopenPoolExecutor | None = None
-        self._starter: threading.Thread | None = None
-        self._starting: PopenPoolExecutor | None = None  # the background start's pool, until it is up
-        self._lock = threading.Lock()
-        self._closed = False
 
-    def _fresh(self, background: bool = False) -> PopenPoolExecutor:
+    def _fresh(self) -> PopenPoolExecutor:
         pool = PopenPoolExecutor(max_workers=self.n_workers, timeout=self.timeout_s,
                                  initializer=worker.init_worker, initargs=(self.n_threads,))
-        if background:
-            with self._lock:
-                if self._closed:
-                    return pool
-                self._starting = pool  # what close() kills, so that a closed pool's start costs no more CPU
         list(pool.map_with_error_catching(lambda _: worker.ping(), range(self.n_workers)))
         return pool
 
-    def start(self) -> None:
-        """Start the workers in the background; the first ``submit`` waits for them."""
-        with self._lock:
-            if self._pool is not None or self._starter is not None:
-                return
-            self._closed = False
-            self._starter = threading.Thread(target=self._start_in_background, name="autosched-pool-start",
-                                             daemon=True)  # exiting kills nothing: workers exit on EOF
-            self._starter.start()
-
-    def _start_in_background(self) -> None:
-        try:
-            pool = self._fresh(background=True)
-        except Exception:  # noqa: BLE001 - submit starts them again, in the foreground, and sees the error
-            log.info("worker pool did not start in the background", exc_info=True)
-            return
-        with self._lock:
-            self._starting = None
-            if not self._closed:
-                self._pool = pool
-                return
-        _kill_processes(pool)  # closed meanwhile: no one will use it
-        _shut_down(pool)
-
     def submit(self, fn, *args) -> Future:
-        starter = self._starter
-        if starter is not None:
-            starter.join()
-            self._starter = None
         if self._pool is None:
             self._pool = self._fresh()
         return self._pool.submit(fn, *args)
 
     def close(self) -> None:
-        """Shut the workers down; those of a background start still under way are killed, and its thread
-        shuts their pool down when its pings return."""
-        with self._lock:
-            self._closed = True
-            pool, self._pool = self._pool, None
-            starting, self._starting = self._starting, None
-        if starting is not None:  # its thread shuts it down (TVM's shutdown would block on its pings' reads)
-            _kill_processes(starting)
-        if pool is not None:
-            _shut_down(pool)
-
-
-def _kill_processes(pool: PopenPoolExecutor) -> None:
-    for popen_worker in list(getattr(pool, "_worker_map", {}).values()):
-        proc = getattr(popen_worker, "_proc", None)
-        with contextlib.suppress(Exception):
-            proc.kill()
-
-
-def _shut_down(pool: PopenPoolExecutor) -> None:
-    try:
-        pool.shutdown(wait=False)
-    except Exception:  # noqa: BLE001
-        log.info("worker pool shut down the hard way", exc_info=True)
-        # TVM's PopenWorker.kill is not thread-safe: after a Ctrl-C (which reaches the workers too) the job
-        # thread that saw its worker die may be killing it at the same moment. Kill what is left directly,
-        # so that no job thread stays blocked on a live worker and the process can exit.
-        _kill_processes(pool)
-        with contextlib.suppress(Exception):
-            pool._lock.release()  # TVM's shutdown raised while holding it: its __del__ would deadlock
-        pool._shutdown = True
-        with contextlib.suppress(Exception):
-            pool._threadpool.shutdown(wait=False)
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        try:
+            pool.shutdown(wait=False)
+        except Exception:  # noqa: BLE001
+            log.info("worker pool shut down the hard way", exc_info=True)
+            # TVM's PopenWorker.kill is not thread-safe: after a Ctrl-C (which reaches the workers too) the job
+            # thread that saw its worker die may be killing it at the same moment. Kill what is left directly,
+            # so that no job thread stays blocked on a live worker and the process can exit.
+            for popen_worker in list(getattr(pool, "_worker_map", {}).values()):
+                proc = getattr(popen_worker, "_proc", None)
+                with contextlib.suppress(Exception):
+                    proc.kill()
+            with contextlib.suppress(Exception):
+                pool._lock.release()  # TVM's shutdown raised while holding it: its __del__ would deadlock
+            pool._shutdown = True
+            with contextlib.suppress(Exception):
+                pool._threadpool.shutdown(wait=False)
 
 
 class LocalBuilder(Builder):
@@ -160,9 +107,6 @@ class LocalBuilder(Builder):
             except Exception as err:  # noqa: BLE001 - any failure is this candidate's result
                 out.append(BuildResult(cand, None, _one_line(err), Status.BUILD_ERROR))
         return out
-
-    def start(self) -> None:
-        self._pool.start()
 
     def close(self) -> None:
         self._pool.close()
@@ -212,9 +156,6 @@ class LocalRunner(Runner):
         res = self._pool.submit(worker.run, lib_path, io.io_path, io.n_outputs, self.device,
                                 1, 0, 0.0, 0.0, False).result()
         return res["outputs"]
-
-    def start(self) -> None:
-        self._pool.start()
 
     def close(self) -> None:
         self._pool.close()

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
-import psutil
 import pytest
 
 from autosched._tvm import IRModule, save_json, te, tirx
 from autosched.config import TuneConfig
 from autosched.db import MemoryDatabase
-from autosched.measure.local import LocalBuilder, LocalRunner
 from autosched.records import Candidate, Status
 from autosched.session import TuningSession
 from autosched.testing.fakes import ListStrategy
@@ -104,42 +100,3 @@ def test_cutoff_judges_a_warm_run_not_the_cold_checking_run(matmul_task):
         (slow,) = runner.run(session.builder.build([cand]), io)
     assert n_full >= 4  # the same kernel again: timed in full (allowing one noisy warm run)
     assert slow.status is Status.OK and len(slow.latencies_s) == 1
-
-
-def _popen_workers() -> list[psutil.Process]:
-    """This process's live TVM worker processes (a killed one not yet reaped is a zombie: not counted)."""
-    alive = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE and any("popen_worker" in a for a in proc.cmdline()):
-                alive.append(proc)
-        except psutil.Error:  # gone meanwhile
-            pass
-    return alive
-
-
-def test_workers_started_in_the_background_serve_the_first_build(matmul_task):
-    builder = LocalBuilder(matmul_task.target_json, n_workers=2)
-    try:
-        builder.start()
-        time.sleep(0.5)
-        assert len(_popen_workers()) == 2  # started before anything was asked of them
-        (built,) = builder.build([Candidate(matmul_task.key, {}, mod_json=save_json(matmul_task.mod))])
-        assert built.status is Status.OK and len(_popen_workers()) == 2  # the same two: none started twice
-    finally:
-        builder.close()
-
-
-def test_closing_during_a_background_start_neither_waits_for_it_nor_leaves_workers_running():
-    """A bad model found while the workers still import TVM: the error must not wait seconds for them."""
-    runner = LocalRunner(1)
-    runner.start()
-    time.sleep(0.5)  # spawned, still importing TVM (seconds)
-    assert _popen_workers()
-    start = time.monotonic()
-    runner.close()
-    assert time.monotonic() - start < 0.5
-    gone_by = time.monotonic() + 10
-    while _popen_workers() and time.monotonic() < gone_by:
-        time.sleep(0.1)
-    assert not _popen_workers()
