@@ -87,6 +87,7 @@ class PopenPoolExecutor(popen_pool.PopenPoolExecutor):
                                                          self._maximum_process_uses, self._stdout, self._stderr)
         return super()._worker_run(fn, args, kwargs)
 
+
 IRModule = tvm.IRModule
 Schedule = s_tir.Schedule
 ScheduleError = s_tir.ScheduleError

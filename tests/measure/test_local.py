@@ -100,3 +100,24 @@ def test_cutoff_judges_a_warm_run_not_the_cold_checking_run(matmul_task):
         (slow,) = runner.run(session.builder.build([cand]), io)
     assert n_full >= 4  # the same kernel again: timed in full (allowing one noisy warm run)
     assert slow.status is Status.OK and len(slow.latencies_s) == 1
+
+
+
+def test_workers_load_tvm_but_not_pytorch_and_a_restarted_worker_neither():
+    import os
+
+    from autosched.measure.local import _Pool
+
+    def torch_blocked_tvm_loaded() -> tuple[bool, bool]:  # local: sent to the worker by value
+        import sys
+
+        return "torch" in sys.modules and sys.modules["torch"] is None, "tvm" in sys.modules
+
+    pool = _Pool(1, 30.0)
+    try:
+        assert pool.submit(torch_blocked_tvm_loaded).result() == (True, True)
+        with pytest.raises(ChildProcessError):  # the worker dies; the next call starts a new one
+            pool.submit(os._exit, 1).result()
+        assert pool.submit(torch_blocked_tvm_loaded).result() == (True, True)
+    finally:
+        pool.close()
