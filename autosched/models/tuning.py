@@ -265,6 +265,9 @@ class _Rounds:
             self.report(task.name)
 
         result = self.session.tune(task, self.db, on_task_progress, self.strategies[task.key], want, self.deadline)
+        log.debug("round of %s: %d measured (wanted %d, %d new) in %.1f s, best %.3g s%s", task.name, result.n_measured,
+                  want, result.n_new, self.deadline.clock() - started, result.best_latency_s,
+                  ", out of time" if result.out_of_time else "")
         self.scheduler.update(state, result.n_measured, result.best_latency_s,
                               exhausted=result.n_measured < want and not result.out_of_time,
                               round_s=self.deadline.clock() - started, n_new=result.n_new)
