@@ -179,6 +179,16 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
     return row
 
 
+def git_commit() -> str:
+    """The commit the benchmark runs at, ``+`` when the work tree has changes (a row says what code made it)."""
+    import subprocess
+
+    def git(*cmd: str) -> str:
+        return subprocess.run(["git", *cmd], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
+
+    return (git("rev-parse", "--short", "HEAD") or "unknown") + ("+" if git("status", "--porcelain", "-uno") else "")
+
+
 def _ms(row: dict, key: str) -> str:
     return f"{row[key] * 1e3:.3f}" if key in row else "-"
 
@@ -189,7 +199,7 @@ def print_table(rows: list[dict]) -> str:
 
     table = Table(title="autosched corpus: import -> rewrite -> tasks -> tune -> compile -> run (vs ONNX Runtime)")
     columns = ("model", "family", "library", "import/rewrite", "fallbacks", "groups", "tasks found/tuned",
-               "extract s", "tune s", "autosched ms", "ORT ms", "PyTorch ms", "autosched/ORT", "max rel err")
+               "extract s", "tune s", "autosched ms", "ORT ms", "PyTorch ms", "autosched/ORT", "max rel err", "commit")
     for col in columns:
         table.add_column(col, justify="left" if col in ("model", "family", "library", "fallbacks") else "right",
                          overflow="fold", no_wrap=col == "model")
@@ -206,7 +216,7 @@ def print_table(rows: list[dict]) -> str:
             cells = ["-", "-", "-", "-", f"{r.get('failed_step')}: {r.get('error', '')}"[:160]]
         table.add_row(r["model"], r["family"], r["library"], status, shown, str(r.get("fusion_groups", "-")), tasks,
                       f"{r['extract_s'] + r.get('rewrite_s', 0):.1f}" if "extract_s" in r else "-",
-                      f"{r['tune_s']:.0f}" if "tune_s" in r else "-", *cells)
+                      f"{r['tune_s']:.0f}" if "tune_s" in r else "-", *cells, r.get("commit", "-"))
     console = Console(width=220)
     console.print(table)
     ran = [r["autosched_vs_ort"] for r in rows if r["ok"]]
@@ -232,6 +242,9 @@ def main() -> None:
     p.add_argument("--db-dir", help="keep the exported models, tuning databases and finished rows here (default: a "
                    "temporary folder); a run into the same folder reuses the models it finished, each timed in its own "
                    "run, and restarts an unfinished one")
+    p.add_argument("--rows-dir", help="keep the finished rows here instead (e.g. bench/results/corpus_rows, committed, "
+                   "so that a table too long for one sitting is finished over several); each row names the commit and "
+                   "CPU it was measured on")
     args = p.parse_args()
     if args.repeat < 5:
         p.error("--repeat must be at least 5")
@@ -251,15 +264,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="autosched-corpus-") as tmp:
         work = Path(args.db_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
+        rows_dir = Path(args.rows_dir) if args.rows_dir else work
+        rows_dir.mkdir(parents=True, exist_ok=True)
         for name in names:
-            done = work / f"{name}.row.json"  # a model finished by an earlier run into this --db-dir
-            if args.db_dir and done.exists():
+            done = rows_dir / f"{name}.t{args.threads}.{args.size}.row.json"  # finished by an earlier run
+            if (args.db_dir or args.rows_dir) and done.exists():
                 rows.append(json.loads(done.read_text()))
                 print(f"[{name}] done earlier: {done}", flush=True)
                 continue
             print(f"[{name}] ...", flush=True)
             (work / f"{name}.db").unlink(missing_ok=True)  # an unfinished model starts again, on its full budget
-            rows.append(bench_model(name, args, work))
+            rows.append({**bench_model(name, args, work), "commit": git_commit(), "cpu": machine_info()["cpu"],
+                         "time_per_model_s": args.time, "measured_at": time.strftime("%Y-%m-%d %H:%M")})
             done.write_text(json.dumps(rows[-1], default=str))
             r = rows[-1]
             print(f"[{name}] " + (f"autosched {r['autosched_s'] * 1e3:.3f} ms, ONNX Runtime "
