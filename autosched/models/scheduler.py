@@ -35,6 +35,7 @@ from autosched.tasks import Task
 INF = float("inf")
 CHEAP_PATTERNS = frozenset({"elementwise", "broadcast", "injective"})
 TINY_REDUCTION_FLOPS = 1e6  # a reduction under this many FLOPs per call is as cheap as an elementwise kernel
+NAIVE_FLOPS_PER_S = 1e9  # an unscheduled loop nest on these CPUs: 1-3 GFLOPS (ResNet-50 convs, a GPT-2 LM head)
 
 
 @dataclass
@@ -69,8 +70,15 @@ class TaskState:
 
     @property
     def contribution_s(self) -> float:
-        """This task's share of one inference: calls per inference x latency."""
+        """This task's share of one inference: calls per inference x latency (0 while nothing is measured)."""
         return self.task.weight * self.estimate_s if self.estimate_s < INF else 0.0
+
+    @property
+    def ranking_s(self) -> float:
+        """The latency the scheduler ranks the task by: its estimate or, while nothing is measured (its untuned
+        build failed or ran past the run timeout, as GPT-2's 10-GFLOP LM head does), its FLOPs at a naive loop
+        nest's rate, so that it is searched first rather than never."""
+        return self.estimate_s if self.estimate_s < INF else self.task.flops / NAIVE_FLOPS_PER_S
 
 
 def is_cheap_pattern(task: Task) -> bool:
@@ -116,9 +124,9 @@ class TaskScheduler:
 
     def _expected_gain(self, s: TaskState) -> float:
         if self._fresh(s):  # no round yet: optimistic, its whole contribution
-            return s.contribution_s
+            return s.task.weight * s.ranking_s
         # forward: optimistic, shrinking with trials spent and halving with every round that found nothing
-        forward = s.estimate_s / max(s.n_trials, 1) * self.round_trials * 0.5 ** s.stale_rounds
+        forward = s.ranking_s / max(s.n_trials, 1) * self.round_trials * 0.5 ** s.stale_rounds
         # backward: the last round's cut, as a fraction, of what is left now. In absolute terms, a first round's
         # cut from the untuned build (170 ms -> 1.5 ms on a ResNet-50 convolution) bought second rounds while
         # heavier tasks waited for a first one.
@@ -146,7 +154,7 @@ class TaskScheduler:
             return None
         fresh = [s for s in open_states if self._fresh(s)]
         if fresh and time_left_s == INF:  # warm-up: every task gets one round first, heaviest first
-            return max(fresh, key=lambda s: s.contribution_s)
+            return max(fresh, key=lambda s: s.task.weight * s.ranking_s)
         return max(open_states, key=self._expected_gain)
 
     def round_size(self, s: TaskState, time_left_s: float = INF) -> int:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from autosched.models.scheduler import TaskScheduler, TaskState, mark_cheap
+import pytest
+
+from autosched.models.scheduler import INF, TaskScheduler, TaskState, mark_cheap
 from autosched.tasks import Task
 
 
@@ -119,3 +121,14 @@ def test_a_first_rounds_cut_from_the_untuned_build_does_not_buy_a_second_round_b
     assert first.task.name == "cut_100x"
     scheduler.update(first, 9, 1.5e-3, exhausted=False, round_s=9.0, n_new=8)
     assert scheduler.next_task(time_left_s=1e3).task.name == "fresh"
+
+
+def test_a_task_whose_untuned_build_timed_out_is_searched_first_not_never():
+    """GPT-2's LM head (10 GFLOPs): its untuned build ran past the run timeout, so nothing was measured; it
+    used to count as 0 s and never got a round (300 ms of a 450 ms model on its default schedule)."""
+    lm_head = TaskState(Task("lm_head", None, None, 1, 9.9e9, 1), INF)
+    layers = [_state(f"layer{i}", 12, 3e-3) for i in range(3)]
+    scheduler = TaskScheduler([*layers, lm_head], None, round_trials=8)
+    assert scheduler.next_task(time_left_s=1e3) is lm_head
+    assert scheduler.next_task() is lm_head  # also in the warm-up without a time limit
+    assert scheduler.estimated_latency_s == pytest.approx(3 * 12 * 3e-3)  # estimates stay what was measured
