@@ -150,6 +150,15 @@ def structural_equal(a: Any, b: Any) -> bool:
     return bool(tvm_ffi.structural_equal(a, b))
 
 
+Call = tvm.ir.expr.Call  # a TIR (or Relax) call; ``call.op.name`` is e.g. "tirx.exp"
+
+
+def map_calls(node: Any, fn: Callable[[Any], Any]) -> Any:
+    """``node`` (an IRModule, PrimFunc, statement or expression) with every call replaced by ``fn(call)``,
+    innermost first; ``fn`` returns its argument to keep a call. Unchanged parts stay the same objects."""
+    return tvm_ffi.structural_map(node, [(Call, fn)])
+
+
 def save_json(obj: Any) -> str:
     return tvm.ir.save_json(obj)
 
@@ -222,20 +231,6 @@ def expr_dtype(expr: Any) -> str:
     return str(getattr(expr, "ty", ""))
 
 
-def script_namespace() -> dict[str, Any]:
-    """The names TVMScript text is parsed with (``T``, ``I``, ...): replace one to change what it builds."""
-    from tvm.script.parser.core.entry import _default_globals
-
-    return _default_globals()
-
-
-def parse_script(text: str, namespace: dict[str, Any]) -> Any:
-    """TVMScript text (``mod.script()``) back to an IRModule, with the names in ``namespace``."""
-    from tvm.script.parser.core.entry import parse
-
-    return parse(text, extra_vars=namespace)
-
-
 def mutate_graph_functions(mod: IRModule, mutator: Any, changed: Callable[[], bool]) -> IRModule:
     """Run a ``relax.PyExprMutator`` built on ``mod`` over its Relax functions; ``mod`` itself if nothing
     ``changed()``."""
@@ -246,9 +241,9 @@ def mutate_graph_functions(mod: IRModule, mutator: Any, changed: Callable[[], bo
 
 
 __all__ = [
-    "BufferLoad", "IRModule", "PrimFunc", "PopenPoolExecutor", "SAMPLE_KINDS", "Schedule", "ScheduleError",
+    "BufferLoad", "Call", "IRModule", "PrimFunc", "PopenPoolExecutor", "SAMPLE_KINDS", "Schedule", "ScheduleError",
     "TVM_VERSION", "Target", "Trace", "arg_specs", "as_python", "cpu_device", "cross_compiler", "estimate_flops",
-    "expr_dtype", "host_cpu", "install_fast_inspect", "llvm_cpus", "load_json", "ms", "mutate_graph_functions",
-    "num_threads", "parse_script", "relax", "s_tir", "save_json", "script_namespace", "set_num_threads",
-    "structural_equal", "structural_hash", "te", "tirx", "topi", "tvm", "tvm_ffi",
+    "expr_dtype", "host_cpu", "install_fast_inspect", "llvm_cpus", "load_json", "map_calls", "ms",
+    "mutate_graph_functions", "num_threads", "relax", "s_tir", "save_json", "set_num_threads", "structural_equal",
+    "structural_hash", "te", "tirx", "topi", "tvm", "tvm_ffi",
 ]

@@ -21,20 +21,10 @@ taking an op out of that list keeps its libm call.
 from __future__ import annotations
 
 import logging
-import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from autosched._tvm import (
-    BufferLoad,
-    IRModule,
-    expr_dtype,
-    parse_script,
-    script_namespace,
-    structural_equal,
-    structural_hash,
-    tirx,
-)
+from autosched._tvm import BufferLoad, IRModule, expr_dtype, map_calls, structural_equal, structural_hash, tirx
 
 log = logging.getLogger("autosched.spaces.fast_math")
 
@@ -160,10 +150,7 @@ FAST_OPS: dict[str, Callable[..., Expr | None]] = {
 
 def rewrite(mod: IRModule, ops: Iterable[str]) -> IRModule:
     """``mod`` with every float32 call to one of ``ops`` (names in ``FAST_OPS``) replaced by its expression.
-
-    Works by printing the module as TVMScript and parsing it back with ``T.exp`` & co. replaced, so every
-    statement kind is handled by TVM itself. A module that does not parse back (tensor constants printed as
-    metadata) is returned unchanged, with one log line. Cached: records of one task replay on one module."""
+    Cached: records of one task replay on one module."""
     ops = tuple(op for op in ops if op in FAST_OPS)
     key = (structural_hash(mod), ops)
     hit = _CACHE.get(key)
@@ -178,21 +165,43 @@ def rewrite(mod: IRModule, ops: Iterable[str]) -> IRModule:
 _CACHE: dict[tuple[int, tuple[str, ...]], tuple[IRModule, IRModule]] = {}
 
 
+def _fast_calls(ops: tuple[str, ...]) -> Callable[[Any], Expr]:
+    """A call mapper: a float32 call to one of ``ops`` becomes its expression, any other call stays."""
+    fast_by_op = {f"tirx.{op}": FAST_OPS[op] for op in ops}
+
+    def fast(call: Any) -> Expr:
+        fn = fast_by_op.get(getattr(call.op, "name", None))
+        if fn is None or expr_dtype(call.args[0]) != F32:
+            return call
+        out = fn(*call.args)
+        return call if out is None else out
+
+    return fast
+
+
 def _rewrite(mod: IRModule, ops: tuple[str, ...]) -> IRModule:
-    text = mod.script()
-    if not any(f"T.{op}(" in text for op in ops):
-        return mod
-    namespace = script_namespace()
-    namespace["T"] = _patched_dsl(namespace["T"], ops)
+    fast = _fast_calls(ops)
     try:
-        new = parse_script(text, namespace)
-    except Exception as err:  # the parser raises DiagnosticError, TVMError, ...; the original stays correct
+        new = map_calls(mod, fast)
+    except Exception as err:  # TVM raises TVMError & co.; the original stays correct
         log.warning("fast math: module kept as it was (%s)", str(err).splitlines()[0][:200] if str(err) else err)
         return mod
-    return mod if structural_equal(new, mod) else _inline_rewritten(mod, new)
+    return mod if new.same_as(mod) else _inline_rewritten(mod, new, fast)
 
 
-def _inline_rewritten(before: IRModule, after: IRModule) -> IRModule:
+def _op_names(node: Any) -> set[str]:
+    """Names of the operators called in ``node`` (e.g. "tirx.exp")."""
+    names: set[str] = set()
+
+    def note(call: Any) -> Any:
+        names.add(str(getattr(call.op, "name", "")))
+        return call
+
+    map_calls(node, note)
+    return names
+
+
+def _inline_rewritten(before: IRModule, after: IRModule, fast: Callable[[Any], Expr]) -> IRModule:
     """``after`` with each rewritten block that has one consumer inlined into it, where the original call was
     not an exp. MetaSchedule's auto_inline would have inlined the original (an erf, tanh, ... call), but it never
     inlines a block with a conditional (``disallow_if_then_else``), and the rewritten forms keep NaN with a
@@ -202,37 +211,14 @@ def _inline_rewritten(before: IRModule, after: IRModule) -> IRModule:
 
     sch, original = Schedule(after), Schedule(before)
     for block in sch.get_child_blocks(sch.get_sblock("root")):
-        name = sch.get(block).name_hint
         try:
-            old = original.get(original.get_sblock(name))
-        except Exception:  # a block of that name is not in the original (never the case after a re-parse)
+            old = original.get(original.get_sblock(sch.get(block).name_hint))
+        except Exception:  # a block of that name is not in the original (never the case: names are kept)
             continue
-        if "T.exp(" in old.script() or len(sch.get_consumers(block)) != 1:
-            continue
-        if old.script() == sch.get(block).script():
+        if len(sch.get_consumers(block)) != 1 or map_calls(old, fast).same_as(old) or "tirx.exp" in _op_names(old):
             continue
         try:
             sch.compute_inline(block)
         except Exception:  # ScheduleError: not inlinable (e.g. a reduction); it stays a block
             continue
     return sch.mod
-
-
-def _patched_dsl(dsl: types.ModuleType, ops: tuple[str, ...]) -> types.ModuleType:
-    """The TVMScript ``T`` namespace with the float32 forms of ``ops`` replaced."""
-    patched = types.ModuleType(dsl.__name__)
-    patched.__dict__.update(vars(dsl))
-    for op in ops:
-        setattr(patched, op, _fast_or_original(getattr(dsl, op), FAST_OPS[op]))
-    return patched
-
-
-def _fast_or_original(original: Callable[..., Expr], fast: Callable[..., Expr | None]) -> Callable[..., Expr]:
-    def call(x: Expr, *args: Expr, **kwargs: object) -> Expr:
-        if expr_dtype(x) == F32 and not kwargs:
-            out = fast(x, *args)
-            if out is not None:
-                return out
-        return original(x, *args, **kwargs)
-
-    return call
