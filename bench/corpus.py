@@ -259,6 +259,7 @@ def main() -> None:
     except UserInputError as err:
         p.error(str(err))
     rows: list[dict] = []
+    commit = git_commit()  # the code this run loads (edits made while it runs do not count)
     meta = {"machine": machine_info(), "size": args.size, "trials_per_task": args.trials, "time_per_model_s": args.time,
             "threads": args.threads, "repeat": args.repeat, "command": " ".join(["python", *sys.argv])}
     with tempfile.TemporaryDirectory(prefix="autosched-corpus-") as tmp:
@@ -274,7 +275,7 @@ def main() -> None:
                 continue
             print(f"[{name}] ...", flush=True)
             (work / f"{name}.db").unlink(missing_ok=True)  # an unfinished model starts again, on its full budget
-            rows.append({**bench_model(name, args, work), "commit": git_commit(), "cpu": machine_info()["cpu"],
+            rows.append({**bench_model(name, args, work), "commit": commit, "cpu": machine_info()["cpu"],
                          "time_per_model_s": args.time, "measured_at": time.strftime("%Y-%m-%d %H:%M")})
             done.write_text(json.dumps(rows[-1], default=str))
             r = rows[-1]
