@@ -275,7 +275,7 @@ def main() -> None:
                 continue
             print(f"[{name}] ...", flush=True)
             (work / f"{name}.db").unlink(missing_ok=True)  # an unfinished model starts again, on its full budget
-            rows.append({**bench_model(name, args, work), "commit": commit, "cpu": machine_info()["cpu"],
+            rows.append({**bench_model(name, args, work), "commit": commit, "cpu": meta["machine"]["cpu"],
                          "time_per_model_s": args.time, "measured_at": time.strftime("%Y-%m-%d %H:%M")})
             done.write_text(json.dumps(rows[-1], default=str))
             r = rows[-1]

@@ -154,7 +154,7 @@ class TaskScheduler:
             return None
         fresh = [s for s in open_states if self._fresh(s)]
         if fresh and time_left_s == INF:  # warm-up: every task gets one round first, heaviest first
-            return max(fresh, key=lambda s: s.task.weight * s.ranking_s)
+            return max(fresh, key=self._expected_gain)  # a fresh task's gain: its whole (ranking) contribution
         return max(open_states, key=self._expected_gain)
 
     def round_size(self, s: TaskState, time_left_s: float = INF) -> int:

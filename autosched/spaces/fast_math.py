@@ -206,9 +206,8 @@ def _inline_rewritten(before: IRModule, after: IRModule) -> IRModule:
             old = original.get(original.get_sblock(name))
         except Exception:  # a block of that name is not in the original (never the case: names are kept)
             continue
-        if "T.exp(" in old.script() or len(sch.get_consumers(block)) != 1:
-            continue
-        if old.script() == sch.get(block).script():
+        old_text = old.script()
+        if "T.exp(" in old_text or len(sch.get_consumers(block)) != 1 or old_text == sch.get(block).script():
             continue
         try:
             sch.compute_inline(block)

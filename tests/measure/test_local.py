@@ -102,7 +102,6 @@ def test_cutoff_judges_a_warm_run_not_the_cold_checking_run(matmul_task):
     assert slow.status is Status.OK and len(slow.latencies_s) == 1
 
 
-
 def test_workers_load_tvm_but_not_pytorch_and_a_restarted_worker_neither():
     import os
 
