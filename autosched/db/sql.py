@@ -315,13 +315,15 @@ class SQLDatabase(Database):
 
 def _retry_while_another_creates(make: Any, attempts: int = 5) -> Any:
     """``make()``, again if it lost a race with another tuner creating the same tables at the same moment (two
-    workers started together on a new database: "table already exists", a duplicate schema version row)."""
+    workers started together on a new database: "table already exists", a duplicate schema version row; PostgreSQL
+    reports the first as a ProgrammingError, DuplicateTable)."""
     import optuna
 
     for attempt in range(attempts):
         try:
             return make()
-        except (sa.exc.IntegrityError, sa.exc.OperationalError, optuna.exceptions.StorageInternalError) as err:
+        except (sa.exc.IntegrityError, sa.exc.OperationalError, sa.exc.ProgrammingError,
+                optuna.exceptions.StorageInternalError) as err:
             text = str(err).lower()
             if attempt == attempts - 1 or not ("already exists" in text or "unique" in text or "locked" in text):
                 raise

@@ -142,3 +142,30 @@ def test_export_import_gzip(db, tmp_path):
     assert path.read_bytes()[:2] == b"\x1f\x8b"
     tasks, records = read_jsonl(path)
     assert len(tasks) == 1 and records[0].latency_s == 1e-3
+
+
+@pytest.mark.parametrize("attempt", range(3))  # a race: most rounds lost it before the fix
+def test_many_tuners_opening_a_new_postgresql_database_at_once_all_succeed(postgres_url, attempt, n_openers=16):
+    """Workers started together on an empty database race to create its tables; the losers retry, none fails."""
+    import threading
+
+    barrier, errors, opened = threading.Barrier(n_openers), [], []
+
+    def open_it():
+        barrier.wait()
+        try:
+            opened.append(SQLDatabase(postgres_url))
+        except Exception as err:  # noqa: BLE001 - collected and reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=open_it) for _ in range(n_openers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(opened) == n_openers
+    opened[0].commit_task(TaskRow("k", "dense", "llvm", "1", "{}", 1.0, {}))
+    assert [t.task_key for t in opened[-1].tasks()] == ["k"]
+    for db in opened:
+        db.engine.dispose()
