@@ -20,6 +20,7 @@ from autosched._tvm import IRModule, PrimFunc, Target, estimate_flops, relax, tv
 from autosched.errors import GraphError
 from autosched.models.constant_folding import fold_simple_constants
 from autosched.models.op_fixes import fix_operator_patterns
+from autosched.models.padding import pad_awkward_matmuls
 from autosched.models.precision import mixed_precision_pass, precision_of
 from autosched.models.qdq import integer_qdq_products
 from autosched.models.quantize import int8_pass
@@ -70,6 +71,7 @@ GRAPH_PASSES: list[GraphPass] = [
     GraphPass("fold constants", T.FoldConstant),
     GraphPass("eliminate dead code", T.DeadCodeElimination),
     GraphPass("move reshapes below matmuls and elementwise ops (epilogues fuse)", lambda: sink_reshapes),
+    GraphPass("pad matmul extents no tile divides (197 tokens, 50257 words)", lambda: pad_awkward_matmuls),
     GraphPass("convolutions to NHWC layout", _nhwc_convolutions),  # after DCE: it segfaults on unused BN outputs
     GraphPass("permute weights to OHWI (numpy)", lambda: fold_simple_constants),
     GraphPass("fold constants (weights to OHWI)", T.FoldConstant),
