@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from autosched._tvm import IRModule, mutate_graph_functions, relax, tvm
-from autosched.models.reshape_sinking import BINARY, UNARY, _shape
+from autosched.models.reshape_sinking import BINARY, UNARY, _shape, sink_through_binary
 
 MAX_EXTRA = 0.10  # never pad by more than this share of an extent (work spent on dropped rows/columns)
 SMALL_EXTRA = 0.02  # the coarsest granularity whose padding costs at most this is taken
@@ -135,17 +135,7 @@ class _MatmulPadder(relax.PyExprMutator):
         return None
 
     def _sink_through_binary(self, call: Any) -> Any | None:
-        for side in (0, 1):
-            found = self._our_slice(call.args[side])
-            if found is None:
-                continue
-            padded, kept = found
-            other = self._matching_operand(call.args[1 - side], _shape(padded), kept)
-            if other is None:
-                continue
-            args = [padded, other] if side == 0 else [other, padded]
-            return self._slice(relax.Call(call.op, args, call.attrs), kept)
-        return None
+        return sink_through_binary(call, self._our_slice, self._matching_operand, self._slice)
 
     def _matching_operand(self, other: Any, padded: tuple[int, ...], kept: dict[int, int]) -> Any | None:
         """``other`` as an operand against the padded tensor giving the same kept values; None if none."""

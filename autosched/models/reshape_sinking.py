@@ -104,17 +104,7 @@ class _ReshapeSinker(relax.PyExprMutator):
         return relax.op.reshape(relax.Call(call.op, [source, call.args[1]], call.attrs), (merged[0], weight[1]))
 
     def _sink_through_binary(self, call: Any) -> Any | None:
-        for side in (0, 1):
-            found = self._reshape_source(call.args[side])
-            if found is None:
-                continue
-            source, target = found
-            other = self._matching_operand(call.args[1 - side], _shape(source), target)
-            if other is None:
-                continue
-            args = [source, other] if side == 0 else [other, source]
-            return relax.op.reshape(relax.Call(call.op, args, call.attrs), target)
-        return None
+        return sink_through_binary(call, self._reshape_source, self._matching_operand, relax.op.reshape)
 
     def _matching_operand(self, other: Any, source: tuple[int, ...], target: tuple[int, ...]) -> Any | None:
         """``other`` as an operand against the un-reshaped ``source`` giving the same values; None if none."""
@@ -129,6 +119,23 @@ class _ReshapeSinker(relax.PyExprMutator):
         if found is not None and found[1] == target and _shape(found[0]) == source:
             return found[0]
         return None
+
+
+def sink_through_binary(call: Any, unwrap: Any, matching: Any, wrap: Any) -> Any | None:
+    """``wrap(g(y, c'), how)`` for a binary ``g(wrapped, c)`` (either side) where ``unwrap(wrapped)`` gives
+    ``(y, how)`` and ``matching(c, shape of y, how)`` gives ``c'``, an operand against ``y`` with the same
+    values; None if neither side fits. Shared by the passes that move a reshape or a slice below such ops."""
+    for side in (0, 1):
+        found = unwrap(call.args[side])
+        if found is None:
+            continue
+        inner, how = found
+        other = matching(call.args[1 - side], _shape(inner), how)
+        if other is None:
+            continue
+        args = [inner, other] if side == 0 else [other, inner]
+        return wrap(relax.Call(call.op, args, call.attrs), how)
+    return None
 
 
 @tvm.transform.module_pass(opt_level=0, name="SinkReshapes")
