@@ -152,8 +152,9 @@ class SQLDatabase(Database):
         names = set(sa.inspect(self.engine).get_table_names())
         if "autosched_meta" in names:
             row = None
-            for _ in range(25):  # no version yet: another tuner may be creating the database this moment (SQLite
-                with self.engine.connect() as conn:  # commits a CREATE TABLE before the row that follows it)
+            for _ in range(300):  # no version yet: another tuner may be creating the database this moment (SQLite
+                with self.engine.connect() as conn:  # commits a CREATE TABLE before the row that follows it, whose
+                    # insert may queue behind a third tuner's writes: wait up to 60 s, as for any SQLite lock)
                     row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
                                        ).first()
                 if row is not None:
