@@ -99,6 +99,10 @@ def _check_sqlite_file(path: Path) -> None:
         raise DatabaseError(f"folder {parent} is not writable: pick another --db path")
 
 
+SQLITE_WAIT_S = 60  # how long a SQLite write waits for another tuner's to end
+RELEASE_WAIT_S = 2  # ... and a claim's release (see SQLDatabase.release)
+
+
 class SQLDatabase(Database):
     _claims_ready = False  # the claims table is known to exist
 
@@ -124,7 +128,7 @@ class SQLDatabase(Database):
 
     def _engine_kwargs(self) -> dict[str, Any]:
         """SQLite: wait up to 60 s (not 5) for another tuner's write to end, so concurrent tuners queue up."""
-        return {"connect_args": {"timeout": 60}} if self.url.startswith("sqlite") else {}
+        return {"connect_args": {"timeout": SQLITE_WAIT_S}} if self.url.startswith("sqlite") else {}
 
     def _check_intact(self) -> None:
         """SQLite: a damaged file (truncated, overwritten pages) is refused before anything reads or writes it
@@ -288,9 +292,19 @@ class SQLDatabase(Database):
                                 .values(expires_at=self._now() + lease_s)).rowcount == 1
 
     def release(self, task_key: str, worker_id: str) -> None:
+        """Often called on the way out of Ctrl-C, when a connection of this very process may have been cut off
+        mid-transaction, still holding SQLite's write lock: wait at most RELEASE_WAIT_S for it, not the 60 s of
+        other writes (the claim expires anyway, and a gone worker's claims are taken over at once)."""
         c = self._claims_table().c
         with self._errors(), self.engine.begin() as conn:
-            conn.execute(claim_table.delete().where(c.task_key == task_key).where(c.worker_id == worker_id))
+            sqlite = self.engine.dialect.name == "sqlite"
+            if sqlite:
+                conn.exec_driver_sql(f"PRAGMA busy_timeout={int(RELEASE_WAIT_S * 1000)}")
+            try:
+                conn.execute(claim_table.delete().where(c.task_key == task_key).where(c.worker_id == worker_id))
+            finally:
+                if sqlite:  # the pooled connection goes back with its usual wait
+                    conn.exec_driver_sql(f"PRAGMA busy_timeout={int(SQLITE_WAIT_S * 1000)}")
 
     def claims(self) -> list[Claim]:
         c = self._claims_table().c

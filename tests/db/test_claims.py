@@ -193,3 +193,28 @@ def test_the_claim_of_a_killed_worker_of_this_machine_is_taken_over_at_once(tmp_
     assert db.leases().try_hold("t")  # ...but its process is gone: no need to wait it out
     assert [c.worker_id for c in db.claims()] == [db.leases().worker_id] != [claim.worker_id]
     db.close()
+
+
+def test_a_release_waits_seconds_not_a_minute_for_a_lock_this_process_left_behind(tmp_path, caplog):
+    """Ctrl-C inside a commit can leave a connection of this very process holding SQLite's write lock; the claims
+    released on the way out must not wait out the 60 s busy timeout (they expire anyway)."""
+    import sqlite3
+
+    from autosched.db import sql
+
+    db = SQLDatabase(str(tmp_path / "c.db"))
+    leases = Leases(db, worker_id="me")
+    assert leases.try_hold("t1")
+    stuck = sqlite3.connect(tmp_path / "c.db", isolation_level=None)
+    stuck.execute("BEGIN IMMEDIATE")  # the write lock, never committed
+    start = time.perf_counter()
+    leases.release("t1")  # warns, does not raise
+    assert time.perf_counter() - start < sql.RELEASE_WAIT_S + 3
+    assert "could not release the claim on task t1" in caplog.text
+    stuck.rollback()
+    stuck.close()
+    with db.engine.connect() as conn:  # the pooled connection waits as long as ever for other writes
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == sql.SQLITE_WAIT_S * 1000
+    db.release("t1", "me")
+    assert db.claims() == []
+    db.close()
