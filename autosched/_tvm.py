@@ -5,6 +5,7 @@ Everything else imports TVM pieces from here, so a TVM upgrade touches one file.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import linecache
 import os
@@ -170,6 +171,41 @@ def load_json(text: str) -> Any:
 def host_cpu() -> str:
     """LLVM's name for this CPU (``-mcpu=native`` silently produces generic code in TVM 0.27)."""
     return tvm.target.codegen.llvm_get_system_cpu()
+
+
+# CPUs whose LLVM feature sets, together, name every x86 instruction-set extension worth checking for
+_FEATURE_SOURCES = ("sapphirerapids", "graniterapids", "diamondrapids", "znver4", "znver5", "arrowlake")
+
+
+def host_features() -> list[str]:
+    """``mattr`` additions ("+avx512bf16", ...): the instruction sets this CPU reports (/proc/cpuinfo) that
+    LLVM's model of ``host_cpu()`` lacks. A virtual machine often shows a CPU model older than its features
+    (a Sapphire Rapids guest named "rocketlake": no AVX-512 BF16, VNNI-256 or AMX); empty elsewhere."""
+    return list(_host_features(host_cpu()))
+
+
+@functools.cache
+def _host_features(cpu: str) -> tuple[str, ...]:
+    try:
+        with open("/proc/cpuinfo") as info:
+            flags_line = next((line for line in info if line.startswith("flags")), "")
+    except OSError:
+        return ()
+    codegen = tvm.target.codegen
+
+    def norm(name: str) -> str:
+        return name.lower().replace("-", "").replace("_", "").replace(".", "")
+
+    reported = {norm(flag) for flag in flags_line.partition(":")[2].split()}
+    triple = str(codegen.llvm_get_system_triple())
+    if not reported or not triple.startswith("x86_64") or not codegen.llvm_is_valid_cpu(cpu, triple):
+        return ()
+    have = {str(f) for f in codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": cpu}))}
+    known: set[str] = set()
+    for other in _FEATURE_SOURCES:
+        if codegen.llvm_is_valid_cpu(other, triple):
+            known |= {str(f) for f in codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": other}))}
+    return tuple(f"+{f}" for f in sorted(known - have) if norm(f) in reported)
 
 
 def llvm_cpus(triple: str) -> list[str]:

@@ -13,7 +13,7 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
-from autosched._tvm import Target, cross_compiler, host_cpu, llvm_cpus
+from autosched._tvm import Target, cross_compiler, host_cpu, host_features, llvm_cpus
 from autosched.errors import UserInputError
 
 TARGET_ALIASES = {"llvm": "llvm", "cpu": "llvm", "cuda": "nvidia/nvidia-h100", "gpu": "nvidia/nvidia-h100"}
@@ -52,7 +52,7 @@ def make_target(spec: str, n_threads: int | None = None) -> Target:
             return _with_cuda_limits(json.loads(spec))
         name = TARGET_ALIASES.get(spec, spec)
         if name == "llvm":
-            return Target({"kind": "llvm", "mcpu": host_cpu(), "num-cores": n_threads or os.cpu_count() or 1})
+            return host_target(n_threads)
         arch = name.removeprefix("cuda:")
         if arch.startswith("sm_"):
             return cuda_arch_target(arch)
@@ -63,6 +63,15 @@ def make_target(spec: str, n_threads: int | None = None) -> Target:
         raise
     except (ValueError, RuntimeError, TypeError, AttributeError, json.JSONDecodeError) as err:
         raise UserInputError(f"unknown target {spec!r}: {TARGET_HINT}") from err
+
+
+def host_target(n_threads: int | None = None) -> Target:
+    """This CPU: LLVM's name for it, plus the instruction sets it reports that LLVM's model of that name lacks
+    (``host_features``: a VM's CPU model is often older than its features), ``n_threads`` cores."""
+    config: dict[str, Any] = {"kind": "llvm", "mcpu": host_cpu(), "num-cores": n_threads or os.cpu_count() or 1}
+    if features := host_features():
+        config["mattr"] = features
+    return Target(config)
 
 
 def cuda_arch_target(arch: str) -> Target:

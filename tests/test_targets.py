@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autosched import targets
-from autosched._tvm import Target, host_cpu, tvm
+from autosched._tvm import Target, host_cpu, host_features, tvm
 from autosched.errors import UserInputError
 from autosched.paths import data_dir
 from autosched.spaces.settings import settings_for
@@ -25,9 +25,15 @@ CPU_MATMUL_KEY_ZNVER3 = "c564cc688163428354b1"  # matmul 32x32x32, make_target("
 CPU_TOML_SHA256 = "26b66581a77b214a60cdfbb686172d14285ad269ef45dfbc95c92acdab8d449f"
 
 
+def _expected_cpu_target_json() -> str:
+    if not host_features():  # as every CPU target before the features were added
+        return CPU_TARGET_JSON % host_cpu()
+    return CPU_TARGET_JSON.replace('"mcpu"', '"mattr": %s, "mcpu"') % (json.dumps(host_features()), host_cpu())
+
+
 def test_cpu_target_json_is_unchanged():
-    assert target_json(make_target("llvm", 2)) == CPU_TARGET_JSON % host_cpu()
-    assert target_json(make_target("cpu", 2)) == CPU_TARGET_JSON % host_cpu()
+    assert target_json(make_target("llvm", 2)) == _expected_cpu_target_json()
+    assert target_json(make_target("cpu", 2)) == _expected_cpu_target_json()
     from autosched import tasks  # the names callers have always imported from autosched.tasks
 
     assert tasks.make_target is make_target and tasks.target_json is target_json
@@ -35,6 +41,7 @@ def test_cpu_target_json_is_unchanged():
 
 def test_cpu_task_key_is_unchanged(monkeypatch):
     monkeypatch.setattr(targets, "host_cpu", lambda: "znver3")  # the key on any machine, as on a znver3
+    monkeypatch.setattr(targets, "host_features", lambda: [])  # (which has every feature LLVM gives it)
     target = make_target("llvm", 2)
     assert op_task("matmul", (32, 32, 32), target, settings_for(target).version).key == CPU_MATMUL_KEY_ZNVER3
 
@@ -137,3 +144,18 @@ def test_any_text_is_a_target_or_a_one_line_error(spec):
         assert "\n" not in str(err)
     else:
         assert isinstance(target, Target)
+
+
+def test_the_host_target_has_every_instruction_set_the_cpu_reports():
+    """A VM may show LLVM an older CPU model than its features (a Sapphire Rapids guest seen as "rocketlake");
+    the target adds what /proc/cpuinfo reports, so AVX-512 BF16 and VNNI code is generated where they exist."""
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        pytest.skip("no /proc/cpuinfo flags here")
+    features = {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(make_target("llvm", 1))}
+    for flag, feature in [("avx512_bf16", "avx512bf16"), ("avx512_vnni", "avx512vnni"), ("avx_vnni", "avxvnni"),
+                          ("avx512f", "avx512f"), ("avx2", "avx2"), ("fma", "fma")]:
+        if flag in flags:
+            assert feature in features, f"the CPU reports {flag} but the target lacks {feature}"
+    assert all(f.startswith("+") for f in host_features())
