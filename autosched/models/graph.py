@@ -18,6 +18,7 @@ import numpy as np
 
 from autosched._tvm import IRModule, PrimFunc, Target, estimate_flops, relax, tvm
 from autosched.errors import GraphError
+from autosched.models.amx import amx_bf16_matmuls, is_hand_kernel, keep_hand_kernel_layouts
 from autosched.models.constant_folding import fold_simple_constants
 from autosched.models.op_fixes import fix_operator_patterns
 from autosched.models.padding import pad_awkward_matmuls
@@ -203,6 +204,10 @@ def graph_passes(precision: str = "fp32") -> list[GraphPass]:
         return [GRAPH_PASSES[0], qdq, *GRAPH_PASSES[1:at], mixed, *GRAPH_PASSES[at:]]
     mixed = GraphPass(f"matmuls and convolutions in {precision}, float32 accumulation",
                       lambda: mixed_precision_pass(precision), optional=False)
+    if precision == "bf16":  # where the target has AMX (else it changes nothing)
+        amx = GraphPass("bf16 matmuls against constant weights on AMX tiles", lambda: amx_bf16_matmuls)
+        keep = GraphPass("AMX kernels keep their packed weights", lambda: keep_hand_kernel_layouts, optional=False)
+        return [*GRAPH_PASSES[:at], mixed, amx, *GRAPH_PASSES[at:], keep]
     return [*GRAPH_PASSES[:at], mixed, *GRAPH_PASSES[at:]]
 
 
@@ -248,6 +253,8 @@ def fusion_groups(fused: IRModule) -> list[FusionGroup]:
     groups = []
     for name, call_list in calls.items():
         func = fused[name]
+        if is_hand_kernel(func):  # written by hand (AMX): nothing to search or apply
+            continue
         args = tuple(call_list[0].args[1].fields)
         pattern = PATTERNS.get(int(func.attrs["op_pattern"]), "opaque") if "op_pattern" in func.attrs else "opaque"
         groups.append(FusionGroup(name, func, pattern, len(call_list), len(func.params) - len(args), args))

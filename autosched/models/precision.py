@@ -7,7 +7,9 @@ The policy, per operator (``LOW_PRECISION_OPS``):
   float32 (``out_dtype``), so the cast halves the bytes read and the sum keeps float32's range;
 - kept in float32: every other operator (softmax, layer and batch norm, every reduction, activations,
   residual adds), and the matmuls and convolutions whose result reaches a model output through no other matmul
-  or convolution (the final logits, a classifier head): their errors would be the output's.
+  or convolution and no residual join (the final logits, a classifier head): their errors would be the output's.
+  A product that is added to a residual stream (a transformer's attention and feed-forward outputs, a ResNet
+  block's last convolution) is only part of what reaches the output, and is converted.
 
 The precision is recorded on the Relax module (``autosched.precision``), so tuning and compiling a model run
 the same rewrite and find the same tasks; a task's PrimFunc has the low-precision dtypes in it, so its key
@@ -43,7 +45,7 @@ def precision_of(mod: IRModule) -> str:
 
 def final_products(func: relax.Function) -> set[Any]:
     """The matmul and convolution calls whose result reaches the function's output without passing through
-    another matmul or convolution."""
+    another matmul or convolution, or through a residual join (an add of two computed tensors)."""
     bound: dict[Any, Any] = {}
     for block in func.body.blocks:
         for binding in block.bindings:
@@ -60,9 +62,25 @@ def final_products(func: relax.Function) -> set[Any]:
         value = bound[var]
         if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name in LOW_PRECISION_OPS:
             found.add(value)
-        else:
+        elif not _residual_join(value, bound):
             stack.extend(_vars_in(value))
     return found
+
+
+def _residual_join(value: Any, bound: dict[Any, Any]) -> bool:
+    """An add whose two operands are both computed from the input (a residual connection)."""
+    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.add"):
+        return False
+    return all(_computed(arg, bound) for arg in value.args)
+
+
+def _computed(expr: Any, bound: dict[Any, Any]) -> bool:
+    while isinstance(expr, relax.Var) and expr in bound:
+        expr = bound[expr]
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name in (
+            "relax.astype", "relax.reshape", "relax.permute_dims", "relax.broadcast_to"):
+        return _computed(expr.args[0], bound)
+    return not isinstance(expr, tvm.ir.GenericConst)
 
 
 def _vars_in(expr: Any) -> list[Any]:

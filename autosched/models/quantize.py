@@ -8,7 +8,7 @@ The policy (``--precision int8``):
   +-127), the weight quantized per output channel (scale[n] = max |W[n]| / 127 over the other axes, symmetric),
   an int32 product, and a float32 rescale by scale_x * scale_w[n] along the result's channel axis;
 - kept in float32: every other operator, and the matmuls and convolutions whose result reaches a model output
-  through no other matmul or convolution (the logits: ``precision.final_products``).
+  through no other matmul or convolution and no residual add (the logits: ``precision.final_products``).
 
 Calibration runs the float32 model (an untuned build of it, at this point of the graph rewrites) on
 ``N_CALIBRATION`` random inputs with a fixed seed (float inputs standard normal, integer inputs zero, as

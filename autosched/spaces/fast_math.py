@@ -186,7 +186,29 @@ def _rewrite(mod: IRModule, ops: tuple[str, ...]) -> IRModule:
     except Exception as err:  # TVM raises TVMError & co.; the original stays correct
         log.warning("fast math: module kept as it was (%s)", str(err).splitlines()[0][:200] if str(err) else err)
         return mod
-    return mod if new.same_as(mod) else _inline_rewritten(mod, new)
+    if new.same_as(mod):
+        return mod
+    return _inline_rewritten(mod, _bind_low_precision_casts(new))
+
+
+def _bind_low_precision_casts(mod: IRModule) -> IRModule:
+    """Each cast of a float32 value to bfloat16 takes a variable (a Let): TVM's bf16 legalization rounds with
+    its operand used twice, and once a rewritten producer (with its own Lets) is inlined into that operand, the
+    copies bind the same variables and the vectorizer fails ("Let cannot bind the same var to two different
+    values"; GELU before a bf16 matmul)."""
+    from autosched._tvm import tvm_ffi
+
+    def bind(cast: Any) -> Expr:
+        if expr_dtype(cast) != "bfloat16" or expr_dtype(cast.value) != F32 or isinstance(cast.value, tirx.Var):
+            return cast
+        var = tirx.Var("to_bf16", F32)
+        bits = tirx.call_intrin("uint32", "tirx.reinterpret", var)
+        odd = tirx.bitwise_and(tirx.shift_right(bits, tirx.const(16, "uint32")), tirx.const(1, "uint32"))
+        rounded = tirx.shift_right(bits + tirx.const(0x7FFF, "uint32") + odd, tirx.const(16, "uint32"))
+        return tirx.Let(var, cast.value, tirx.call_intrin("bfloat16", "tirx.reinterpret",
+                                                          tirx.Cast("uint16", rounded)))
+
+    return tvm_ffi.structural_map(mod, [(tirx.Cast, bind)])
 
 
 def _inline_rewritten(before: IRModule, after: IRModule) -> IRModule:

@@ -1,0 +1,92 @@
+"""bf16 matmuls against constant weights on AMX tiles: rewritten where the target has AMX bf16 and the extents fit,
+never tuning tasks, left as tuned bf16 matmuls elsewhere; the build matches float32 on a CPU with AMX."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import _f32, _model, ffn_block
+from onnx import TensorProto, helper
+
+from autosched._tvm import PrimFunc, arg_specs
+from autosched.api import compile as compile_api
+from autosched.models.amx import is_hand_kernel
+from autosched.models.frontends import load_model
+from autosched.models.graph import fusion_groups, rewrite
+from autosched.models.precision import with_precision
+from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
+from autosched.spaces.x86_amx import has_amx_bf16
+from autosched.targets import make_target
+
+pytest.importorskip("onnxruntime")
+
+SAPPHIRE_RAPIDS = make_target('{"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 1}')
+SKYLAKE = make_target('{"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 1}')
+amx_here = pytest.mark.skipif(not has_amx_bf16(make_target("llvm", 1)),
+                              reason="this CPU has no AMX bf16 (or Linux refuses it)")
+
+
+def conv_stack(size=10):
+    """Conv 3x3 (32 -> 32, padded) -> Relu -> Conv 1x1 stride 2 (32 -> 64) -> Relu -> Conv 1x1 (64 -> 8): the
+    first two fit AMX; the last makes the output (float32) and has 8 output channels."""
+    inits = {"W1": _f32(32, 32, 3, 3), "W2": _f32(64, 32, 1, 1), "W3": _f32(8, 64, 1, 1)}
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "W2"], ["c2"], strides=[2, 2]), helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "W3"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, size, size])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, size // 2, size // 2])], inits)
+
+
+def _fused_bf16(source, target):
+    model = load_model(source)
+    return rewrite(with_precision(model.mod, "bf16"), target)
+
+
+def _hand_kernels(fused) -> list[tuple[int, int, int]]:
+    """(m, n, k) of every AMX kernel the graph calls."""
+    shapes = []
+    for _, func in fused.functions_items():
+        if isinstance(func, PrimFunc) and is_hand_kernel(func):
+            (a, _), _, (c, _) = arg_specs(func)
+            shapes.append((a[0], c[1], a[1]))
+    return sorted(shapes)
+
+
+def test_bf16_matmuls_with_constant_weights_become_amx_kernels_and_no_tasks():
+    fused = _fused_bf16(ffn_block(seq=8, d=32, hidden=64), SAPPHIRE_RAPIDS)
+    # 8 rows; both matmuls (the second feeds a residual add, so it is converted too)
+    assert _hand_kernels(fused) == [(8, 32, 64), (8, 64, 32)]
+    assert not any("matmul" in g.name for g in fusion_groups(fused))
+
+
+def test_channels_last_convolutions_become_amx_kernels_on_their_patches():
+    fused = _fused_bf16(conv_stack(), SAPPHIRE_RAPIDS)
+    # 10 x 10 pixels by 9 taps x 32 channels; 5 x 5 pixels by 32 channels
+    assert _hand_kernels(fused) == [(25, 64, 32), (100, 32, 288)]
+    assert sum("conv" in g.name for g in fusion_groups(fused)) == 1  # the last (float32, 8 channels)
+
+
+def test_without_amx_or_with_extents_it_cannot_take_the_tuned_bf16_matmuls_stay():
+    for source, target in [(ffn_block(seq=8, d=32, hidden=64), SKYLAKE),
+                           (ffn_block(seq=8, d=16, hidden=32), SAPPHIRE_RAPIDS)]:  # K = 16: no 32-deep tile
+        fused = _fused_bf16(source, target)
+        assert _hand_kernels(fused) == []
+        assert sum("matmul" in g.name for g in fusion_groups(fused)) == 2
+
+
+@amx_here
+def test_an_amx_build_matches_float32(onnx_file):
+    path = onnx_file(ffn_block(seq=8, d=32, hidden=64), "ffn.onnx")
+    compiled = compile_api(str(path), "llvm", n_threads=1, precision="bf16")
+    assert 0 < compiled.precision_error < 2e-2
+    model = load_model(str(path))
+    x = model.random_inputs(3)
+    assert max_relative_error(compiled(*x), run_onnxruntime(onnxruntime_session(model, 1), model, x)) < 2e-2
+
+
+@amx_here
+def test_an_amx_build_of_convolutions_matches_float32(onnx_file):
+    path = onnx_file(conv_stack(), "convs.onnx")
+    compiled = compile_api(str(path), "llvm", n_threads=1, precision="bf16")
+    model = load_model(str(path))
+    x = model.random_inputs(3)
+    assert max_relative_error(compiled(*x), run_onnxruntime(onnxruntime_session(model, 1), model, x)) < 2e-2
