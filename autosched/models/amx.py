@@ -1,13 +1,14 @@
-"""bf16 matmuls and convolutions against constant weights run on AMX tiles, where the target has them (a graph
-rewrite).
+"""Matmuls and convolutions against constant weights in bf16 or int8 run on AMX tiles, where the target has them
+(a graph rewrite).
 
 After the bf16 rewrite (``autosched.models.precision``), ``matmul(x, W)`` with a bf16 activation ``x[..., K]``
-and a constant bf16 weight ``W[K, N]`` (K and N multiples of 32) becomes a call of the hand-written AMX kernel
-(``autosched.spaces.x86_amx``): ``x`` flattened to rows, ``W`` packed at compile time. A channels-last
-convolution (NHWC, OHWI weights, no groups or dilation) becomes the same kernel on its patches: the padded input
-sliced once per kernel tap and concatenated along channels (im2col), by the weight as [kh * kw * c, o]. The bias,
-activation and residual that follow stay the tuned elementwise kernels they were. A target without AMX bf16, or
-a process Linux refuses AMX, keeps the tuned bf16 matmuls.
+and a constant bf16 weight ``W[K, N]`` (N a multiple of 32, K of 32) becomes a call of the hand-written AMX kernel
+(``autosched.spaces.x86_amx``): ``x`` flattened to rows, ``W`` packed at compile time. After the int8 rewrite
+(``autosched.models.quantize``) the same goes for int8 x int8 -> int32 products (K a multiple of 64). A
+channels-last convolution (NHWC, OHWI weights, no groups or dilation) becomes the same kernel on its patches: the
+padded input sliced once per kernel tap and concatenated along channels (im2col), by the weight as
+[kh * kw * c, o]. The rescale, bias, activation and residual that follow stay the tuned elementwise kernels they
+were. A target without AMX, or a process Linux refuses AMX, keeps the tuned low-precision kernels.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from autosched._tvm import IRModule, PrimFunc, Target, mutate_graph_functions, relax, tvm
-from autosched.spaces.x86_amx import amx_bf16_matmul, fits, has_amx_bf16, pack_weight
+from autosched.spaces.x86_amx import BF16, INT8, KINDS, AmxKind, amx_matmul, fits, has_amx, pack_weight
 
 HAND_KERNEL_ATTR = "autosched.hand_kernel"  # a PrimFunc no search schedules: not a tuning task
 
@@ -36,48 +37,60 @@ def _dtype(expr: Any) -> str:
     return str(getattr(expr.ty, "dtype", ""))
 
 
-def _bf16_weight(expr: Any, bound: Any) -> np.ndarray | None:
-    """A constant weight in bf16: a bf16 constant, or a float constant cast to bf16 (``bound``: a variable's
-    value, or None)."""
+def _constant_weight(expr: Any, bound: Any, kind: AmxKind) -> np.ndarray | None:
+    """A constant weight in ``kind``'s type: a constant of it, or a float constant cast to bf16 (``bound``: a
+    variable's value, or None)."""
     while isinstance(expr, relax.Var) and bound(expr) is not None:
         expr = bound(expr)
     if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "relax.astype" \
-            and str(expr.attrs.dtype) == "bfloat16":
+            and str(expr.attrs.dtype) == "bfloat16" == kind.dtype:
         expr = expr.args[0]
     if not isinstance(expr, tvm.ir.GenericConst):
         return None
-    return expr.value.numpy().astype(ml_dtypes.bfloat16)
+    value = expr.value.numpy()
+    if kind is BF16:
+        return value.astype(ml_dtypes.bfloat16)
+    return value if str(value.dtype) == kind.dtype else None
+
+
+def _kind(call: Any) -> AmxKind | None:
+    """The AMX kind of a matmul or convolution by its operand and result types, if any."""
+    if not (isinstance(call.op, tvm.ir.Op) and call.op.name in ("relax.matmul", "relax.nn.conv2d")):
+        return None
+    types = (_dtype(call.args[0]), str(call.attrs.out_dtype))
+    return next((kind for kind in KINDS.values() if types == (kind.dtype, kind.acc_dtype)), None)
 
 
 @relax.expr_functor.mutator
 class _AmxMatmuls(relax.PyExprMutator):
-    def __init__(self, mod: IRModule) -> None:
+    def __init__(self, mod: IRModule, kinds: list[AmxKind]) -> None:
         super().__init__(mod)
-        self.kernels: dict[tuple[int, int, int], Any] = {}
+        self.kinds = kinds
+        self.kernels: dict[tuple[int, int, int, str], Any] = {}
         self.n_rewritten = 0
 
     def visit_call_(self, op: Any) -> Any:
         call = self.visit_expr_post_order(op)
-        if not (isinstance(call.op, tvm.ir.Op) and call.op.name in ("relax.matmul", "relax.nn.conv2d")
-                and str(call.attrs.out_dtype) == "float32" and _dtype(call.args[0]) == "bfloat16"):
+        kind = _kind(call)
+        if kind not in self.kinds:
             return call
-        weight, shape = _bf16_weight(call.args[1], self.lookup_binding), _static_shape(call.args[0])
+        weight, shape = _constant_weight(call.args[1], self.lookup_binding, kind), _static_shape(call.args[0])
         if weight is None or shape is None:
             return call
-        out = self._matmul(call.args[0], shape, weight) if call.op.name == "relax.matmul" else \
-            self._conv2d(call, shape, weight)
+        out = self._matmul(call.args[0], shape, weight, kind) if call.op.name == "relax.matmul" else \
+            self._conv2d(call, shape, weight, kind)
         if out is None:
             return call
         self.n_rewritten += 1
         return out
 
-    def _matmul(self, x: Any, shape: list[int], weight: np.ndarray) -> Any | None:
+    def _matmul(self, x: Any, shape: list[int], weight: np.ndarray, kind: AmxKind) -> Any | None:
         if weight.ndim != 2 or len(shape) < 2 or shape[-1] != weight.shape[0]:
             return None
-        rows = self._on_amx(relax.op.reshape(x, [math.prod(shape[:-1]), shape[-1]]), weight)
+        rows = self._on_amx(relax.op.reshape(x, [math.prod(shape[:-1]), shape[-1]]), weight, kind)
         return None if rows is None else relax.op.reshape(rows, [*shape[:-1], weight.shape[1]])
 
-    def _conv2d(self, call: Any, shape: list[int], weight: np.ndarray) -> Any | None:
+    def _conv2d(self, call: Any, shape: list[int], weight: np.ndarray, kind: AmxKind) -> Any | None:
         """A channels-last convolution as a matmul of its patches (im2col: one [pixels, kh * kw * c] matrix,
         built by slicing the padded input once per kernel tap) by the weight as [kh * kw * c, o]."""
         attrs = call.attrs
@@ -96,27 +109,29 @@ class _AmxMatmuls(relax.PyExprMutator):
             taps = [x]
         patches = taps[0] if len(taps) == 1 else relax.op.concat(taps, axis=3)
         matrix = weight.reshape(o, kh * kw * c).T  # rows in (kh, kw, c) order, as the patches' columns
-        rows = self._on_amx(relax.op.reshape(patches, [n * oh * ow, kh * kw * c]), matrix)
+        rows = self._on_amx(relax.op.reshape(patches, [n * oh * ow, kh * kw * c]), matrix, kind)
         return None if rows is None else relax.op.reshape(rows, [n, oh, ow, o])
 
-    def _on_amx(self, rows: Any, weight: np.ndarray) -> Any | None:
-        """rows[m, k] . weight[k, n] by the AMX kernel (float32), or None if the extents do not fit it."""
+    def _on_amx(self, rows: Any, weight: np.ndarray, kind: AmxKind) -> Any | None:
+        """rows[m, k] . weight[k, n] by the AMX kernel of ``kind``, or None if the extents do not fit it."""
         (k, n), m = weight.shape, int(self.builder_.normalize(rows).ty.shape.values[0])
-        if not fits(n, k) or m == 0:
+        if not fits(n, k, kind) or m == 0:
             return None
-        if (m, n, k) not in self.kernels:
-            kernel = amx_bf16_matmul(m, n, k).without_attr("global_symbol").with_attr(HAND_KERNEL_ATTR, True)
-            self.kernels[m, n, k] = self.builder_.add_func(kernel, f"amx_bf16_matmul_{m}x{n}x{k}")
-        return relax.call_tir(self.kernels[m, n, k], [rows, relax.const(tvm.runtime.tensor(
-            pack_weight(np.ascontiguousarray(weight))))], relax.TensorType((m, n), "float32"))
+        key = (m, n, k, kind.name)
+        if key not in self.kernels:
+            kernel = amx_matmul(m, n, k, kind).without_attr("global_symbol").with_attr(HAND_KERNEL_ATTR, True)
+            self.kernels[key] = self.builder_.add_func(kernel, f"amx_{kind.name}_matmul_{m}x{n}x{k}")
+        return relax.call_tir(self.kernels[key], [rows, relax.const(tvm.runtime.tensor(
+            pack_weight(np.ascontiguousarray(weight), kind)))], relax.TensorType((m, n), kind.acc_dtype))
 
 
-@tvm.transform.module_pass(opt_level=0, name="AmxBf16Matmuls")
-def amx_bf16_matmuls(mod: IRModule, ctx: Any) -> IRModule:
+@tvm.transform.module_pass(opt_level=0, name="AmxMatmuls")
+def amx_matmuls(mod: IRModule, ctx: Any) -> IRModule:
     target = Target.current()
-    if target is None or not has_amx_bf16(target):
+    kinds = [kind for kind in KINDS.values() if target is not None and has_amx(target, kind)]
+    if not kinds:
         return mod
-    rewriter = _AmxMatmuls(mod)
+    rewriter = _AmxMatmuls(mod, kinds)
     return mutate_graph_functions(mod, rewriter, lambda: rewriter.n_rewritten > 0)
 
 
