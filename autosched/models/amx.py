@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from autosched._tvm import IRModule, PrimFunc, Target, mutate_graph_functions, relax, tvm
-from autosched.spaces.x86_amx import BF16, INT8, KINDS, AmxKind, amx_matmul, fits, has_amx, pack_weight
+from autosched.spaces.x86_amx import BF16, KINDS, AmxKind, amx_matmul, fits, has_amx, pack_weight
 
 HAND_KERNEL_ATTR = "autosched.hand_kernel"  # a PrimFunc no search schedules: not a tuning task
 
