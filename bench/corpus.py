@@ -243,8 +243,8 @@ def main() -> None:
                    "temporary folder); a run into the same folder reuses the models it finished, each timed in its own "
                    "run, and restarts an unfinished one")
     p.add_argument("--rows-dir", help="keep the finished rows here instead (e.g. bench/results/corpus_rows, committed, "
-                   "so that a table too long for one sitting is finished over several); each row names the commit and "
-                   "CPU it was measured on")
+                   "so that a table too long for one sitting is finished over several), in a folder named after this "
+                   "CPU (a table is made of one CPU's rows); each row names the commit and CPU it was measured on")
     args = p.parse_args()
     if args.repeat < 5:
         p.error("--repeat must be at least 5")
@@ -265,7 +265,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="autosched-corpus-") as tmp:
         work = Path(args.db_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        rows_dir = Path(args.rows_dir) if args.rows_dir else work
+        # one folder per CPU: ratios measured on different CPUs never make one table
+        rows_dir = (Path(args.rows_dir) if args.rows_dir else work) / meta["machine"]["cpu"]
         rows_dir.mkdir(parents=True, exist_ok=True)
         for name in names:
             done = rows_dir / f"{name}.t{args.threads}.{args.size}.row.json"  # finished by an earlier run
