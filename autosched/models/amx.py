@@ -19,18 +19,11 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from autosched._tvm import IRModule, PrimFunc, Target, mutate_graph_functions, relax, tvm
+from autosched._tvm import IRModule, Target, mutate_graph_functions, relax, tvm
+from autosched.models.reshape_sinking import _shape
 from autosched.spaces.x86_amx import BF16, KINDS, AmxKind, amx_matmul, fits, has_amx, pack_weight
 
 HAND_KERNEL_ATTR = "autosched.hand_kernel"  # a PrimFunc no search schedules: not a tuning task
-
-
-def _static_shape(expr: Any) -> list[int] | None:
-    shape = getattr(expr.ty, "shape", None)
-    values = getattr(shape, "values", None)
-    if values is None or not all(isinstance(v, tvm.tirx.IntImm) for v in values):
-        return None
-    return [int(v) for v in values]
 
 
 def _dtype(expr: Any) -> str:
@@ -74,7 +67,7 @@ class _AmxMatmuls(relax.PyExprMutator):
         kind = _kind(call)
         if kind not in self.kinds:
             return call
-        weight, shape = _constant_weight(call.args[1], self.lookup_binding, kind), _static_shape(call.args[0])
+        weight, shape = _constant_weight(call.args[1], self.lookup_binding, kind), _shape(call.args[0])
         if weight is None or shape is None:
             return call
         out = self._matmul(call.args[0], shape, weight, kind) if call.op.name == "relax.matmul" else \
@@ -84,13 +77,13 @@ class _AmxMatmuls(relax.PyExprMutator):
         self.n_rewritten += 1
         return out
 
-    def _matmul(self, x: Any, shape: list[int], weight: np.ndarray, kind: AmxKind) -> Any | None:
+    def _matmul(self, x: Any, shape: tuple[int, ...], weight: np.ndarray, kind: AmxKind) -> Any | None:
         if weight.ndim != 2 or len(shape) < 2 or shape[-1] != weight.shape[0]:
             return None
         rows = self._on_amx(relax.op.reshape(x, [math.prod(shape[:-1]), shape[-1]]), weight, kind)
         return None if rows is None else relax.op.reshape(rows, [*shape[:-1], weight.shape[1]])
 
-    def _conv2d(self, call: Any, shape: list[int], weight: np.ndarray, kind: AmxKind) -> Any | None:
+    def _conv2d(self, call: Any, shape: tuple[int, ...], weight: np.ndarray, kind: AmxKind) -> Any | None:
         """A channels-last convolution as a matmul of its patches (im2col: one [pixels, kh * kw * c] matrix,
         built by slicing the padded input once per kernel tap) by the weight as [kh * kw * c, o]."""
         attrs = call.attrs
@@ -138,17 +131,3 @@ def amx_matmuls(mod: IRModule, ctx: Any) -> IRModule:
 def is_hand_kernel(func: Any) -> bool:
     return bool(func.attrs and HAND_KERNEL_ATTR in func.attrs)
 
-
-@tvm.transform.module_pass(opt_level=0, name="HandKernelsKeepTheirWeightLayout")
-def keep_hand_kernel_layouts(mod: IRModule, ctx: Any) -> IRModule:
-    """Hand kernels without the layout-free mark ``AttachAttrLayoutFreeBuffers`` gives every function of constant
-    arguments: their weights are packed already, and the pass that splits weight-layout rewrites out of tuned
-    kernels fails on a function with no compute block."""
-    marked = [(gv, f) for gv, f in mod.functions_items() if isinstance(f, PrimFunc) and is_hand_kernel(f)
-              and "layout_free_buffers" in f.attrs]
-    if not marked:
-        return mod
-    mod = mod.shallow_copy() if hasattr(mod, "shallow_copy") else IRModule(dict(mod.functions_items()), attrs=mod.attrs)
-    for gv, func in marked:
-        mod[gv] = func.without_attr("layout_free_buffers")
-    return mod

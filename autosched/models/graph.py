@@ -18,7 +18,7 @@ import numpy as np
 
 from autosched._tvm import IRModule, PrimFunc, Target, estimate_flops, relax, tvm
 from autosched.errors import GraphError
-from autosched.models.amx import amx_matmuls, is_hand_kernel, keep_hand_kernel_layouts
+from autosched.models.amx import amx_matmuls, is_hand_kernel
 from autosched.models.constant_folding import fold_simple_constants
 from autosched.models.op_fixes import fix_operator_patterns
 from autosched.models.padding import pad_awkward_matmuls
@@ -196,20 +196,18 @@ def graph_passes(precision: str = "fp32") -> list[GraphPass]:
     if precision == "fp32":
         return GRAPH_PASSES
     at = next(i for i, p in enumerate(GRAPH_PASSES) if p.name == "legalize ops to TIR")
-    # where the target has AMX (else it changes nothing)
-    amx = [GraphPass(f"{precision} matmuls against constant weights on AMX tiles", lambda: amx_matmuls)]
-    keep = [GraphPass("AMX kernels keep their packed weights", lambda: keep_hand_kernel_layouts, optional=False)]
+    amx = []  # bf16 and int8 products go to AMX kernels where the target has AMX (else no change)
+    if precision in ("bf16", "int8"):
+        amx = [GraphPass(f"{precision} matmuls against constant weights on AMX tiles", lambda: amx_matmuls)]
     if precision == "int8":  # a QDQ model's own quantized products first: before constant folding dequantizes
         mixed = GraphPass("matmuls and convolutions against weights in int8 (calibrated), int32 accumulation",
                           int8_pass, optional=False)
         qdq = GraphPass("quantized (QDQ) matmuls and convolutions in integers", lambda: integer_qdq_products,
                         optional=False)
-        return [GRAPH_PASSES[0], qdq, *GRAPH_PASSES[1:at], mixed, *amx, *GRAPH_PASSES[at:], *keep]
+        return [GRAPH_PASSES[0], qdq, *GRAPH_PASSES[1:at], mixed, *amx, *GRAPH_PASSES[at:]]
     mixed = GraphPass(f"matmuls and convolutions in {precision}, float32 accumulation",
                       lambda: mixed_precision_pass(precision), optional=False)
-    if precision == "fp16":
-        amx, keep = [], []
-    return [*GRAPH_PASSES[:at], mixed, *amx, *GRAPH_PASSES[at:], *keep]
+    return [*GRAPH_PASSES[:at], mixed, *amx, *GRAPH_PASSES[at:]]
 
 
 def rewrite(mod: IRModule, target: Target, on_pass: Callable[[PassChange], None] | None = None,
