@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from autosched._tvm import IRModule, Schedule, Target, Trace
+from autosched._tvm import IRModule, Schedule, Target, Trace, s_tir
 from autosched.records import TuningRecord
 from autosched.spaces.settings import settings_for
 
@@ -14,12 +14,26 @@ def schedule_from_record(mod: IRModule, record: TuningRecord) -> Schedule:
     space prepared it (the fast-math rewrite of ``search_spaces/*.toml``, for records of the current space
     version; older records replay on ``mod`` as it is).
 
-    A baseline record (the unscheduled default build, measured as a candidate) has no trace: ``mod`` as is."""
+    A baseline record (the untuned default build, measured as a candidate) has no trace: ``untuned(mod)``."""
+    target = Target(json.loads(record.target))
     if record.trace_json is None:
-        return Schedule(mod, error_render_level="none")
-    settings = settings_for(Target(json.loads(record.target)))
+        return Schedule(untuned(mod, target), error_render_level="none")
+    settings = settings_for(target)
     if record.space_version == settings.version:
         mod = settings.prepare(mod)
     sch = Schedule(mod, error_render_level="none")
     Trace.apply_json_to_schedule(record.trace_json, sch)
     return sch
+
+
+def untuned(mod: IRModule, target: Target) -> IRModule:
+    """TVM's default build of ``mod`` for ``target``, the untuned baseline: on a CPU, ``mod`` as it is; on a GPU,
+    where code must have its loops bound to blocks and threads, a copy with dlight's rules applied to every
+    PrimFunc not already scheduled (functions marked ``tirx.is_scheduled`` are left as they are)."""
+    if target.kind.name == "llvm":
+        return mod
+    dlight = s_tir.dlight
+    copy = IRModule(mod.functions, attrs=mod.attrs) if mod.attrs else IRModule(mod.functions)  # dlight: in place
+    with target:
+        return dlight.ApplyDefaultSchedule(dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(),
+                                           dlight.gpu.GeneralReduction(), dlight.gpu.Fallback())(copy)

@@ -85,21 +85,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     workload = get_workload(args.op)
     shape = parse_shape(args.shape)
     workload.normalise(shape)
-    target = _measurable_target(args.target, cfg.threads)
+    target = _measurable_target(args.target, cfg)
     return _tune_task(args, cfg, op_task(args.op, shape, target, settings_for(target).version))
 
 
-def _measurable_target(spec: str, n_threads: int):
-    from autosched.targets import runs_here
+def _measurable_target(spec: str, cfg: TuneConfig):
+    from autosched.targets import check_measurable
     from autosched.tasks import make_target
 
-    target = make_target(spec, n_threads)
-    if target.kind.name != "llvm":
-        raise UserInputError(f"measuring on {target.kind.name} needs that device; this command measures on llvm (CPU)")
-    if not runs_here(target):
-        raise UserInputError(f"this machine cannot run code for {target.attrs['mtriple']}: tune on such a machine "
-                             "(cross-compiled measurement is not supported yet)")
-    return target
+    return check_measurable(make_target(spec, cfg.threads), remote=bool(cfg.rpc))
 
 
 def _tune_program(args: argparse.Namespace) -> int:
@@ -116,7 +110,7 @@ def _tune_program(args: argparse.Namespace) -> int:
 
         args.model = load_model(program, name=name)
         return tune_model_command(args)
-    return _tune_task(args, cfg, program_task(program, _measurable_target(args.target, cfg.threads), name))
+    return _tune_task(args, cfg, program_task(program, _measurable_target(args.target, cfg), name))
 
 
 def _tune_task(args: argparse.Namespace, cfg: TuneConfig, task) -> int:

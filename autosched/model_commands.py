@@ -19,20 +19,14 @@ from autosched.progress import BAR, JSON, QUIET, emit, mode_of, progress_display
 
 
 def _model_target(args: argparse.Namespace, n_threads: int):
-    """The command's --target at ``n_threads`` threads, checked to run on this machine."""
-    from autosched.targets import runs_here
+    """The command's --target at ``n_threads`` threads, checked to run here (or on --rpc devices)."""
+    from autosched.targets import check_measurable
     from autosched.tasks import make_target
 
     for flag, value in (("--threads", n_threads), ("--repeat", getattr(args, "repeat", 1))):
         if value < 1:
             raise UserInputError(f"{flag} must be at least 1")
-    target = make_target(args.target, n_threads)
-    if target.kind.name != "llvm":
-        raise UserInputError(f"measuring on {target.kind.name} needs that device; models run on llvm (CPU) here")
-    if not runs_here(target):
-        raise UserInputError(f"this machine cannot run code for {target.attrs['mtriple']}: tune and run on such a "
-                             "machine (cross-compiled measurement is not supported yet)")
-    return target
+    return check_measurable(make_target(args.target, n_threads), remote=bool(getattr(args, "rpc", None)))
 
 
 def _load(args: argparse.Namespace, n_threads: int):

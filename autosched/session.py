@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -9,8 +10,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from autosched._tvm import save_json
-from autosched.apply import schedule_from_record
+from autosched._tvm import Target, save_json
+from autosched.apply import schedule_from_record, untuned
 from autosched.config import COST_MODELS, TuneConfig
 from autosched.cost import FeatureExtractor, RandomCostModel, XGBCostModel
 from autosched.db import Database, TaskRow
@@ -24,6 +25,7 @@ from autosched.search.optuna_strategy import OptunaStrategy, seen_from_records
 from autosched.search.screen import ModelScreen
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
+from autosched.targets import device_kind, host_target, target_json, use_nvcc_without_nvrtc
 from autosched.tasks import INPUT_DOMAINS, Task
 from autosched.tune import NO_DEADLINE, Deadline, TuneProgress, TuneResult, tune_task
 
@@ -97,9 +99,10 @@ def check_tvm_version(db: Database, task: Task) -> None:
             "--db, or use the TVM that wrote them")
 
 
-def make_runner(cfg: TuneConfig) -> Runner:
-    """The runner the config asks for: on this machine, or on the devices under ``rpc_key`` at ``rpc``."""
-    args = (cfg.run_timeout_s, cfg.repeat, cfg.min_repeat_ms, cfg.rtol, cfg.atol)
+def make_runner(cfg: TuneConfig, device: str = "cpu") -> Runner:
+    """The runner the config asks for: on this machine's ``device`` ('cpu', 'cuda'), or on that device of the
+    machines under ``rpc_key`` at ``rpc``."""
+    args = (cfg.run_timeout_s, cfg.repeat, cfg.min_repeat_ms, cfg.rtol, cfg.atol, device)
     if cfg.rpc:
         from autosched.measure.rpc import RPCRunner
 
@@ -118,7 +121,10 @@ class TuningSession:
         self._reference_libraries: dict[str, str] = {}  # task key -> its unscheduled library, until measured
         self.builder = builder or LocalBuilder(target_json, config.n_build_workers or None, config.build_timeout_s,
                                                work_dir=self._tmp.name)
-        self.runner = runner or make_runner(config)
+        self.device = device_kind(Target(json.loads(target_json)))
+        if self.device == "cuda":
+            use_nvcc_without_nvrtc()  # before the build workers start
+        self.runner = runner or make_runner(config, self.device)
 
     def __enter__(self) -> TuningSession:
         return self
@@ -151,6 +157,9 @@ class TuningSession:
             arrays = {**{f"in{i}": x for i, x in enumerate(inputs)}, **shapes}
             if task.reference is not None:
                 outputs = task.reference(inputs)
+            elif self.device != "cpu":  # a GPU's reference: the task computed by this machine's CPU
+                worker.save_io(path, arrays)
+                outputs = self._reference_on_cpu(task, path)
             else:
                 worker.save_io(path, arrays)
                 library = library or self._unscheduled_library(task)
@@ -163,6 +172,18 @@ class TuningSession:
         arrays.update({f"out{i}": np.asarray(o) for i, o in enumerate(outputs)})
         worker.save_io(path, arrays)
         return io
+
+    def _reference_on_cpu(self, task: Task, io_path: str) -> list[np.ndarray]:
+        """Outputs of the unscheduled task built for and run on this machine's CPU (a one-off, in this process):
+        the reference for a task tuned for another device, which shares no code with its candidates."""
+        path = os.path.join(self._tmp.name, f"cpu-reference-{task.key}.so")
+        if not os.path.exists(path):
+            try:
+                worker.build(save_json(task.mod), target_json(host_target(self.config.threads)), path)
+            except Exception as err:  # TVM's build errors
+                raise ReferenceBuildError(f"{task.name} does not build for this CPU, so it has no reference: "
+                                          f"{str(err).strip().splitlines()[-1][:200]}") from err
+        return worker.run(path, io_path, task.n_outputs, "cpu", 1, 0, 0.0, 0.0, check=False)["outputs"]
 
     def _unscheduled_library(self, task: Task) -> str:
         """The reference build. It is a one-off, not a candidate: one that runs past the builders' timeout (a
@@ -181,7 +202,7 @@ class TuningSession:
     def measure_unscheduled(self, task: Task) -> MeasureResult:
         """TVM's default build of the task, measured like any candidate (the 'untuned' baseline)."""
         io = self.prepare_io(task)
-        cand = Candidate(task.key, {}, mod_json=save_json(task.mod))
+        cand = Candidate(task.key, {}, mod_json=save_json(untuned(task.mod, task.target)))
         library = self._reference_libraries.pop(task.key, None)  # the reference build is this very build
         builds = [BuildResult(cand, library)] if library else self.builder.build([cand])
         return self.runner.run(builds, io)[0]

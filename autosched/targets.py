@@ -6,6 +6,7 @@ key and record, so a schedule is never applied to a target it was not tuned for.
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import os
 import platform
@@ -13,7 +14,7 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
-from autosched._tvm import Target, cross_compiler, host_cpu, host_features, llvm_cpus
+from autosched._tvm import Target, cross_compiler, host_cpu, host_features, llvm_cpus, tvm
 from autosched.errors import UserInputError
 
 TARGET_ALIASES = {"llvm": "llvm", "cpu": "llvm", "cuda": "nvidia/nvidia-h100", "gpu": "nvidia/nvidia-h100"}
@@ -116,9 +117,60 @@ def _is_host_arch(arch: str) -> bool:
     return arch in ("", here) or {arch, here} <= {"aarch64", "arm64"} or {arch, here} <= {"x86_64", "amd64"}
 
 
+def device_kind(target: Target) -> str:
+    """The TVM device that runs the target's kernels: 'cpu' for an LLVM target, else the target's kind ('cuda')."""
+    return "cpu" if target.kind.name == "llvm" else target.kind.name
+
+
+def has_device(kind: str) -> bool:
+    """Whether this machine has a device of that kind ('cuda': a CUDA driver, libcuda, and a GPU)."""
+    if kind == "cpu":
+        return True
+    if kind == "cuda" and ctypes.util.find_library("cuda") is None:
+        return False
+    try:
+        return bool(tvm.device(kind, 0).exist)
+    except (ValueError, RuntimeError):  # a device kind this TVM build does not know
+        return False
+
+
 def runs_here(target: Target) -> bool:
-    """Whether this machine can run the target's code: an LLVM target for this machine's architecture."""
-    return target.kind.name == "llvm" and _is_host_arch(_triple_arch(target))
+    """Whether this machine can run the target's code: an LLVM target for this machine's architecture, or a GPU
+    target where such a GPU is present."""
+    if target.kind.name == "llvm":
+        return _is_host_arch(_triple_arch(target))
+    return has_device(device_kind(target))
+
+
+def use_nvcc_without_nvrtc() -> None:
+    """On a GPU machine TVM compiles CUDA kernels at build time with NVRTC, which needs the cuda-bindings package
+    (``pip install 'autosched[cuda]'``); without it, and with nvcc on PATH, use nvcc instead (set before worker
+    processes start: they inherit it). A user's own TVM_CUDA_COMPILE_MODE is left alone."""
+    import importlib.util
+
+    if "TVM_CUDA_COMPILE_MODE" in os.environ or shutil.which("nvcc") is None:
+        return
+    try:
+        has_nvrtc = importlib.util.find_spec("cuda.bindings") is not None
+    except ModuleNotFoundError:  # no 'cuda' package at all
+        has_nvrtc = False
+    if not has_nvrtc:
+        os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
+
+
+def check_measurable(target: Target, remote: bool = False) -> Target:
+    """``target`` if its kernels can be measured: here, or (``remote``) on RPC devices; else a one-line
+    UserInputError saying where to measure instead."""
+    if _triple_arch(target) and not _is_host_arch(_triple_arch(target)):
+        raise UserInputError(f"this machine cannot run code for {target.attrs['mtriple']}: tune and run on such a "
+                             "machine (cross-compiled measurement is not supported yet)")
+    if not remote and not runs_here(target):
+        kind = device_kind(target)
+        raise UserInputError(f"measuring on {kind} needs a {kind} device, and this machine has none: tune on a "
+                             f"machine with one, or measure on one through --rpc HOST:PORT --key KEY")
+    if target.kind.name == "cuda":
+        use_nvcc_without_nvrtc()
+    return target
 
 
 def export_compiler(target: Target) -> Callable[..., Any] | None:

@@ -17,11 +17,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _has_cuda_device() -> bool:
-    import ctypes.util
+    from autosched.targets import has_device
 
-    from autosched._tvm import tvm
-
-    return ctypes.util.find_library("cuda") is not None and bool(tvm.cuda(0).exist)
+    return has_device("cuda")
 
 
 @pytest.fixture

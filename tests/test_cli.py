@@ -178,7 +178,7 @@ BAD_FUNC = [
     (["--func", "{file}"], "write PATH.py:NAME"),
     (["--func", "{file}:matmul", "--shape", "8,8"], "--shape goes with --op"),
     (["--func", "{file}:matmul", "--op", "matmul"], "give either a MODEL or --op or --func, not --op and --func"),
-    (["--func", "{file}:matmul", "--target", "cuda"], "measuring on cuda needs that device"),
+    (["--func", "{file}:matmul", "--target", "cuda"], "needs a cuda device, and this machine has none"),
     (["--func", "{file}:matmul", "--target", "aarch64"], "cannot run code for aarch64-linux-gnu"),
 ]
 

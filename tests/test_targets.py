@@ -16,7 +16,17 @@ from autosched._tvm import Target, host_cpu, host_features, tvm
 from autosched.errors import UserInputError
 from autosched.paths import data_dir
 from autosched.spaces.settings import settings_for
-from autosched.targets import cross_cpu_target, export_compiler, make_target, runs_here, target_json
+from autosched.targets import (
+    check_measurable,
+    cross_cpu_target,
+    device_kind,
+    export_compiler,
+    has_device,
+    make_target,
+    runs_here,
+    target_json,
+    use_nvcc_without_nvrtc,
+)
 from autosched.tasks import op_task
 
 # Shipped tuning logs are keyed by the CPU target JSON and the CPU search space: both must never change by accident.
@@ -159,3 +169,36 @@ def test_the_host_target_has_every_instruction_set_the_cpu_reports():
         if flag in flags:
             assert feature in features, f"the CPU reports {flag} but the target lacks {feature}"
     assert all(f.startswith("+") for f in host_features())
+
+
+# --- where a target's kernels are measured ----------------------------------------------------------------------
+def test_each_target_runs_on_its_own_device_kind():
+    assert device_kind(make_target("llvm")) == "cpu" and device_kind(make_target("aarch64")) == "cpu"
+    assert device_kind(make_target("sm_90")) == "cuda"
+
+
+def test_a_gpu_target_without_a_gpu_is_refused_unless_measured_remotely():
+    target = make_target("sm_80")
+    if has_device("cuda"):
+        assert check_measurable(target) is target
+    else:
+        with pytest.raises(UserInputError, match="needs a cuda device, and this machine has none.*--rpc") as err:
+            check_measurable(target)
+        assert "\n" not in str(err.value)
+    assert check_measurable(target, remote=True) is target  # the devices under the --key have it
+    with pytest.raises(UserInputError, match="cannot run code for aarch64"):
+        check_measurable(make_target("aarch64"), remote=True)
+    assert check_measurable(make_target("llvm")).kind.name == "llvm"
+
+
+def test_cuda_builds_use_nvcc_where_nvrtc_is_missing(monkeypatch):
+    import importlib.util
+
+    monkeypatch.delenv("TVM_CUDA_COMPILE_MODE", raising=False)
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # no cuda-bindings
+    use_nvcc_without_nvrtc()
+    assert os.environ["TVM_CUDA_COMPILE_MODE"] == "nvcc"
+    monkeypatch.setenv("TVM_CUDA_COMPILE_MODE", "nvrtc")  # a user's choice stays
+    use_nvcc_without_nvrtc()
+    assert os.environ["TVM_CUDA_COMPILE_MODE"] == "nvrtc"

@@ -125,9 +125,12 @@ class Leases:
             if got:
                 self.release(task_key)
 
-    def in_turn(self, task_keys: Iterable[str], left_s: Callable[[], float] = _forever) -> Iterator[str]:
+    def in_turn(self, task_keys: Iterable[str], left_s: Callable[[], float] = _forever,
+                done: Callable[[str], bool] = lambda key: False) -> Iterator[str]:
         """Each key once, held while the caller works on it (released when it asks for the next). Keys other
-        workers hold come later, as their claims end (released or expired); stops early if ``left_s()`` ends."""
+        workers hold come later, as their claims end (released or expired), or at once and not held when
+        ``done(key)`` says another worker did the work already (a worker that re-claims its task round after
+        round would otherwise keep this one waiting); stops early if ``left_s()`` ends."""
         todo = list(task_keys)
         while todo:
             for key in list(todo):
@@ -137,6 +140,9 @@ class Leases:
                         yield key
                     finally:
                         self.release(key)
+                elif done(key):
+                    todo.remove(key)
+                    yield key
             if todo:
                 if left_s() <= 0:
                     return

@@ -2,7 +2,8 @@
 
 The same ``GRAPH_PASSES`` as at tuning time produce the groups, so each tuned task is found again by key.
 Groups without a record get a default schedule (the search space's own design decisions), or stay
-unscheduled where even that is illegal.
+unscheduled where even that is illegal; for a CUDA GPU, where an unscheduled kernel does not build (no thread
+bound), TVM's dlight rules schedule those.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from autosched._tvm import IRModule, Target, cpu_device, relax, set_num_threads, tvm
-from autosched.apply import schedule_from_record
+from autosched._tvm import IRModule, Target, device_of, relax, set_num_threads, tirx, tvm
+from autosched.apply import schedule_from_record, untuned
 from autosched.db import Database
 from autosched.errors import GraphError, UserInputError
 from autosched.models.frontends import InputSpec, Model
@@ -38,6 +39,7 @@ from autosched.spaces.trace_space import TraceSearchSpace
 from autosched.tasks import target_json, task_key
 
 TUNED, DEFAULT, UNSCHEDULED = "tuned", "default", "unscheduled"
+DLIGHT = "dlight"  # a GPU kernel scheduled by TVM's dlight rules (no record, no legal default schedule)
 
 
 def default_schedule(mod: IRModule, target: Target) -> Any | None:
@@ -83,6 +85,27 @@ def apply_database(fused: IRModule, target: Target, db: Database | None, default
 
 
 OTHER_TARGET, OTHER_TVM = "tuned for another target", "measured with another TVM release"
+
+
+def is_gpu(target: Target) -> bool:
+    """A target whose kernels must be scheduled to build at all (threads bound): CUDA."""
+    return target.kind.name == "cuda"
+
+
+def dlight_schedules(mod: IRModule, target: Target, sources: dict[str, str]) -> IRModule:
+    """``mod`` with TVM's dlight GPU rules applied to every PrimFunc not yet scheduled (dlight skips those marked
+    ``tirx.is_scheduled``, as ``ungroup`` marks tuned and default schedules); groups in ``sources`` that were
+    unscheduled and are now become ``DLIGHT`` there. ``mod`` itself is left as it was."""
+    out = untuned(mod, target)
+    names = {gv.name_hint for gv in out.get_global_vars()}
+    for name, source in sources.items():
+        if source == UNSCHEDULED and name in names and _is_scheduled(out[name]):
+            sources[name] = DLIGHT
+    return out
+
+
+def _is_scheduled(func: Any) -> bool:
+    return isinstance(func, tirx.PrimFunc) and bool(func.attrs.get("tirx.is_scheduled", False))
 
 
 def _records_of_other_targets(db: Database | None, usable: list[Target]) -> Counter:
@@ -149,7 +172,7 @@ class CompiledModel:
     executable: Any  # relax.VMExecutable, or a runtime module loaded from an exported library
     inputs: list[InputSpec]
     target: str  # target JSON
-    sources: dict[str, str] = field(default_factory=dict)  # fusion group -> tuned | default | unscheduled
+    sources: dict[str, str] = field(default_factory=dict)  # fusion group -> tuned | default | dlight | unscheduled
     borrowed: dict[str, int] = field(default_factory=dict)  # fusion group -> thread count its record was tuned at
     skipped: Counter = field(default_factory=Counter)  # why records were not applied -> how many
     entry: str = "main"
@@ -161,14 +184,24 @@ class CompiledModel:
     def counts(self) -> Counter:
         return Counter(self.sources.values())
 
+    @property
+    def device(self) -> Any:
+        """Where the model runs: GPU 0 for a CUDA build, else this CPU."""
+        return device_of(self.target)
+
+    @property
+    def function(self) -> Any:
+        """The VM's entry function itself: takes TVM tensors already on ``device``, no checks and no copies."""
+        return self._vm()[self.entry]
+
     def _vm(self) -> Any:
         if self._vm_cache is None:
-            self._vm_cache = relax.VirtualMachine(self.executable, cpu_device())
+            self._vm_cache = relax.VirtualMachine(self.executable, self.device)
         return self._vm_cache
 
     def _caller(self) -> Caller:
         if self._caller_cache is None:
-            self._caller_cache = Caller(self._vm()[self.entry], self.inputs)
+            self._caller_cache = Caller(self._vm()[self.entry], self.inputs, self.device)
         return self._caller_cache
 
     def __call__(self, *arrays: Any, out: Sequence[Any] | None = None) -> list[Any]:
@@ -178,13 +211,14 @@ class CompiledModel:
         return self._caller()(arrays, out)
 
     def time(self, arrays: list[np.ndarray], n_threads: int, repeat: int = 5, min_repeat_ms: int = 200) -> list[float]:
-        """The kernels' own time (TVM's timer on the VM, inputs already tensors): seconds per inference,
-        ``repeat`` samples, with ``n_threads`` TVM threads. A call from Python adds ``Caller``'s overhead."""
+        """The kernels' own time (TVM's timer on the VM, inputs already tensors on the model's device): seconds
+        per inference, ``repeat`` samples, with ``n_threads`` TVM (CPU) threads. A call from Python adds
+        ``Caller``'s overhead (and, on a GPU, the copies in and out)."""
         set_num_threads(n_threads)
-        timer = self._vm().time_evaluator(self.entry, cpu_device(), number=1, repeat=repeat,
-                                          min_repeat_ms=min_repeat_ms)
+        device = self.device
+        timer = self._vm().time_evaluator(self.entry, device, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
         caller = self._caller()
-        args = [tvm.runtime.tensor(np.ascontiguousarray(a, s.dtype), cpu_device())
+        args = [tvm.runtime.tensor(np.ascontiguousarray(a, s.dtype), device)
                 for s, a in zip(self.inputs, arrays, strict=True)]
         caller(arrays)  # the same checks as a call
         return list(timer(*args).results)
@@ -203,8 +237,9 @@ class CompiledModel:
 
 def compile_model(model: Model, target: Target, db: Database | None = None, default_schedules: bool = True,
                   fused: IRModule | None = None, on_progress: Callable[[str], None] | None = None) -> CompiledModel:
-    """Graph rewrites, the database's best schedules (default ones for the rest), then TVM's build.
-    ``fused``: the model already through ``rewrite`` for this target (saves doing it again).
+    """Graph rewrites, the database's best schedules (default ones for the rest; on a GPU dlight's where there
+    is neither), then TVM's build. ``fused``: the model already through ``rewrite`` for this target (saves doing
+    it again).
     ``on_progress(detail)``: how far it is, for a progress display."""
     fused = fused if fused is not None else rewrite(model.mod, target)
     say = on_progress or (lambda detail: None)
@@ -212,6 +247,8 @@ def compile_model(model: Model, target: Target, db: Database | None = None, defa
         fused, target, db, default_schedules, lambda done, total: say(f"schedules of {done}/{total} fusion groups"))
     say("TVM's build")
     final = run_passes(scheduled, target, FINISH_PASSES, model_name=model.name)
+    if is_gpu(target):  # after the finish passes: any kernel they add is scheduled too
+        final = dlight_schedules(final, target, sources)
     compiled = CompiledModel(_build(final, target, model.name), model.inputs, target_json(target), sources,
                              borrowed, skipped, model.entry, precision_of(model.mod))
     if compiled.precision != "fp32":
@@ -247,10 +284,14 @@ def _build(mod: IRModule, target: Target, model_name: str) -> Any:
 
 
 def compile_unscheduled(model: Model, target: Target, fused: IRModule | None = None) -> CompiledModel:
-    """TVM's default CPU build with no schedules at all (the 'untuned' baseline)."""
+    """TVM's default build with no tuned schedules (the 'untuned' baseline): none at all on a CPU, dlight's
+    on a GPU (where unscheduled kernels do not build)."""
     fused = fused if fused is not None else rewrite(model.mod, target)
-    return CompiledModel(_build(fused, target, model.name), model.inputs, target_json(target),
-                         {g.name: UNSCHEDULED for g in fusion_groups(fused)}, entry=model.entry)
+    sources = {g.name: UNSCHEDULED for g in fusion_groups(fused)}
+    if is_gpu(target):
+        fused = dlight_schedules(fused, target, sources)
+    return CompiledModel(_build(fused, target, model.name), model.inputs, target_json(target), sources,
+                         entry=model.entry)
 
 
 def load_compiled(path: str | Path) -> CompiledModel:
@@ -266,6 +307,17 @@ def load_compiled(path: str | Path) -> CompiledModel:
 
         return load_buckets_library(path, meta)
     inputs = [InputSpec(name, tuple(shape), dtype) for name, shape, dtype in meta["inputs"]]
-    return CompiledModel(tvm.runtime.load_module(str(path)), inputs, meta["target"], meta.get("sources", {}),
+    return CompiledModel(_load_library(path, meta["target"]), inputs, meta["target"], meta.get("sources", {}),
                          meta.get("borrowed", {}), entry=meta.get("entry", "main"),
                          precision=meta.get("precision", "fp32"), precision_error=meta.get("precision_error"))
+
+
+def _load_library(path: Path, target: str) -> Any:
+    """TVM's load of an exported library; a GPU build where TVM has no runtime for that GPU is one line."""
+    try:
+        return tvm.runtime.load_module(str(path))
+    except RuntimeError as err:
+        if device_of(target) != tvm.cuda(0) or "loader" not in str(err):
+            raise
+        raise UserInputError(f"{path} is a CUDA build: loading it needs TVM's CUDA runtime, which needs the CUDA "
+                             "driver (libcuda.so.1), not found on this machine") from err

@@ -122,14 +122,15 @@ def measure_baselines(session, tasks: list[Task], db: Database, deadline: Deadli
     """Each task's baseline in turn, while one more is expected to end before the deadline (at the median of
     this run's baselines, leaving out the first: it starts the worker processes). Baselines already in the
     database come first; one to measure is measured under the task's claim, and one another worker holds comes
-    after the others (when its claim ends, its baseline is usually in the database)."""
+    after the others: when its claim ends, or as soon as that worker has stored its baseline."""
     states: list[TaskState] = []
     timed: list[float] = []
     measured_any = False
     by_key = {t.key: t for t in tasks}
     in_db = [k for k, t in by_key.items() if _stored_baseline(t, db) is not None]  # read without a claim
     to_measure = [k for k in by_key if k not in in_db]
-    with contextlib.closing(db.leases().in_turn(to_measure, deadline.left_s)) as in_turn:
+    stored = lambda key: _stored_baseline(by_key[key], db) is not None  # noqa: E731 - by another worker meanwhile
+    with contextlib.closing(db.leases().in_turn(to_measure, deadline.left_s, stored)) as in_turn:
         for i, key in enumerate(itertools.chain(in_db, in_turn)):
             task = by_key[key]
             if not deadline.allows(statistics.median(timed) if timed else 0.0):

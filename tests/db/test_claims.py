@@ -180,6 +180,20 @@ def test_in_turn_gives_each_task_once_and_the_ones_others_hold_last():
     assert order == ["t2", "t3", "t1"] and db.claims() == []
 
 
+def test_in_turn_does_not_wait_for_a_task_another_worker_has_already_done():
+    """The other worker keeps its task claimed (round after round), but has done what this worker came for."""
+    db = MemoryDatabase()
+    assert db.claim("t1", "other", 60)
+    leases, done = Leases(db, "a", poll_s=0.05), set()
+    start = time.monotonic()
+    order = []
+    for key in leases.in_turn(["t1", "t2"], done=lambda key: key in done):
+        order.append(key)
+        done.add("t1")  # the other worker stores t1's result while this one works on t2
+    assert order == ["t2", "t1"] and time.monotonic() - start < 1.0
+    assert [c.worker_id for c in db.claims()] == ["other"]  # never taken from it
+
+
 def test_the_claim_of_a_killed_worker_of_this_machine_is_taken_over_at_once(tmp_path):
     url = str(tmp_path / "k.db")
     open_database(url).close()

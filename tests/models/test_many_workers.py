@@ -110,6 +110,36 @@ def _check_together(url: str, results: list[dict]) -> None:
 
 
 @pytest.mark.slow
+def test_a_baseline_another_worker_stored_is_not_waited_for_while_it_keeps_the_task(cpu_target):
+    """The other worker measured the task's baseline and then tunes it in back-to-back rounds (release, re-claim a
+    moment later): this worker takes the stored baseline at once instead of waiting for a gap between rounds."""
+    from autosched.models.tuning import measure_baselines, measured_baseline
+    from autosched.tune import NO_DEADLINE
+
+    task = op_task("matmul", (16, 16, 16), cpu_target, settings_for(cpu_target).version)
+    db, stop = MemoryDatabase(), threading.Event()
+    assert db.claim(task.key, "other", 60, 0)
+
+    def rounds():
+        stop.wait(0.1)  # this worker has looked for stored baselines by now: none yet
+        measured_baseline(FakeSession({task.key: 1e-3}), task, db)
+        end = time.monotonic() + 5  # a worker without the fix would wait all these 5 s
+        while not stop.wait(0.2) and time.monotonic() < end:
+            db.release(task.key, "other")
+            assert db.claim(task.key, "other", 60, 8)
+        db.release(task.key, "other")
+
+    other = threading.Thread(target=rounds)
+    other.start()
+    try:
+        start = time.monotonic()
+        (state,) = measure_baselines(FakeSession({task.key: 1e-3}), [task], db, NO_DEADLINE, lambda s: None)
+        assert time.monotonic() - start < 2.0 and state.untuned_s == pytest.approx(1e-3)
+    finally:
+        stop.set()
+        other.join()
+
+
 def test_three_workers_tune_one_model_on_one_sqlite_file(tmp_path):
     url = str(tmp_path / "shared.db")  # not there yet: the workers race to create it
     _check_together(url, _tune_together(url, tmp_path))

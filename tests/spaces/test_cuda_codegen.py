@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from autosched._tvm import IRModule, Schedule, te, tirx, tvm
+from autosched._tvm import IRModule, Schedule, te, tvm
 from autosched.db import MemoryDatabase
 from autosched.errors import InvalidConfig
 from autosched.measure.base import TaskIO
@@ -233,32 +233,26 @@ def test_fp16_matmul_gets_tensor_core_designs_that_compile(arch, tmp_path):
 @needs_nvcc
 def test_model_builds_every_kernel_for_cuda_and_nvcc_compiles_them(tmp_path):
     pytest.importorskip("torch")
-    from autosched._tvm import relax, s_tir
+    from autosched._tvm import relax
     from autosched.models import zoo
-    from autosched.models.build import apply_database
+    from autosched.models.build import DEFAULT, DLIGHT, compile_model
     from autosched.models.frontends import load_model
-    from autosched.models.graph import FINISH_PASSES, rewrite, run_passes
-
-    dlight = s_tir.dlight
 
     target = make_target("sm_80")
     module, inputs = zoo.build("tiny_cnn")
     model = load_model(module, example_inputs=inputs, name="tiny_cnn")
-    scheduled, sources, _, _ = apply_database(rewrite(model.mod, target), target, None)  # default schedules
-    assert "default" in sources.values()
-    with target:  # dlight for the groups without a legal default schedule
-        scheduled = dlight.ApplyDefaultSchedule(dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(),
-                                                dlight.gpu.GeneralReduction(), dlight.gpu.Fallback())(scheduled)
-    final = run_passes(scheduled, target, FINISH_PASSES)
-    executable = tvm.compile(final, target=target)
-    assert isinstance(executable, relax.VMExecutable)
-    host = executable.mod.imports
-    assert [m.kind for m in host] == ["llvm"] and [m.kind for m in host[0].imports] == ["cuda"]
-    src = host[0].imports[0].inspect_source("cuda")
-    kernels = set(KERNEL.findall(src))
-    funcs = [gv.name_hint for gv, f in final.functions.items() if isinstance(f, tirx.PrimFunc)]
-    assert funcs and all(f"{name}_kernel" in kernels for name in funcs), (funcs, kernels)
-    assert_kernels_in(nvcc_compile({"m": src}, "sm_80", tmp_path), [f"m_{k}" for k in kernels])
+    sources = {}
+    for name, defaults, want in (("d", True, DEFAULT), ("l", False, DLIGHT)):  # default schedules; dlight's
+        compiled = compile_model(model, target, default_schedules=defaults)
+        assert want in compiled.sources.values() and set(compiled.sources.values()) <= {DEFAULT, DLIGHT}
+        assert isinstance(compiled.executable, relax.VMExecutable)
+        host = compiled.executable.mod.imports
+        assert [m.kind for m in host] == ["llvm"] and [m.kind for m in host[0].imports] == ["cuda"]
+        sources[name] = host[0].imports[0].inspect_source("cuda")
+        kernels = set(KERNEL.findall(sources[name]))
+        assert all(f"{group}_kernel" in kernels for group in compiled.sources), (compiled.sources, kernels)
+    assert_kernels_in(nvcc_compile(sources, "sm_80", tmp_path),
+                      [f"{n}_{k}" for n, src in sources.items() for k in set(KERNEL.findall(src))])
 
 
 # --- on a GPU (skipped without one: tests/conftest.py) ------------------------------------------------------------

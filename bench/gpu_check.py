@@ -1,0 +1,339 @@
+"""GPU check: autosched's tuned CUDA kernels against PyTorch (cuBLAS / cuDNN) on this machine's NVIDIA GPU.
+
+    python bench/gpu_check.py                      # on a machine with an NVIDIA GPU: about 8 minutes
+    python bench/gpu_check.py --target llvm --small --budget-s 90  # the same steps on this CPU, small shapes
+
+Four cases, each tuned for its share of ``--budget-s`` (whole tuning time, setup included), then timed beside
+PyTorch at its default settings through the same kind of call (one Python call on arguments already on the
+device, followed by a device synchronisation), rounds interleaved, median of the rounds:
+
+* matmul 4096^3 in float32 (the catalog's matmul; PyTorch: ``torch.matmul``, TF32 off as by default),
+* matmul 4096^3 in float16, accumulated in float16 (a TE compute; tensor-core designs in the space),
+* a ResNet-50 3x3 convolution with bias and ReLU (catalog conv2d, NCHW; PyTorch: cuDNN),
+* the built-in ResNet-18 (whole model: tuned fusion groups, dlight's defaults for the rest).
+
+Every tuned result is checked against PyTorch's output before it is timed. Prints a table and writes
+``bench/results/gpu_check.json`` (``--out`` to change the name). The issue's bar: fp32 matmul >= 50% of PyTorch's
+speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import time_interleaved, write_json  # noqa: E402
+
+FULL = {"matmul": (4096, 4096, 4096), "conv2d": (1, 256, 14, 14, 256, 3, 3), "model": "resnet18"}
+SMALL = {"matmul": (256, 256, 256), "conv2d": (1, 32, 14, 14, 32, 3, 3), "model": "tiny_cnn"}
+SHARES = {"matmul_fp32": 0.25, "matmul_fp16": 0.25, "conv2d": 0.15, "model": 0.35}  # of --budget-s
+MIN_TRIALS = 8  # measurements per kernel even past its share of the budget
+FP16_TOLERANCE = 2e-2  # float16 accumulation over K=4096 terms, relative to the largest output
+
+
+@dataclass
+class Row:
+    case: str
+    shape: str
+    gflop: float | None
+    tune_s: float
+    n_measured: int
+    untuned_ms: float | None  # TVM's default GPU schedule (dlight), the tuner's baseline
+    autosched_ms: float | None
+    torch_ms: float | None
+    max_rel_err: float | None
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def speed_vs_torch(self) -> float | None:  # > 1: autosched faster
+        return self.torch_ms / self.autosched_ms if self.torch_ms and self.autosched_ms else None
+
+
+# --- devices --------------------------------------------------------------------------------------------------
+class Devices:
+    """The TVM device and PyTorch device of the target, and how to wait for each."""
+
+    def __init__(self, target):
+        import torch
+
+        from autosched._tvm import tvm
+        from autosched.targets import device_kind
+
+        self.kind = device_kind(target)
+        self.tvm = tvm.device(self.kind, 0)
+        self.torch = torch.device("cuda" if self.kind == "cuda" else "cpu")
+        self.torch_ok = self.kind == "cpu" or torch.cuda.is_available()
+
+    def sync_tvm(self) -> None:
+        self.tvm.sync()
+
+    def sync_torch(self) -> None:
+        import torch
+
+        if self.torch.type == "cuda":
+            torch.cuda.synchronize()
+
+    def tensors(self, arrays, out_specs):
+        from autosched._tvm import tvm
+
+        return ([tvm.runtime.tensor(a, self.tvm) for a in arrays]
+                + [tvm.runtime.empty(s, d, self.tvm) for s, d in out_specs])
+
+
+def max_rel_err(got, want) -> float:
+    import numpy as np
+
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+
+
+def time_pair(calls: dict, repeat: int) -> dict[str, float]:
+    import statistics
+
+    samples = time_interleaved(calls, repeat=repeat, min_round_s=0.2)
+    return {name: statistics.median(s) * 1e3 for name, s in samples.items()}
+
+
+# --- one kernel -----------------------------------------------------------------------------------------------
+def tune_kernel(task, seconds: float, work: Path, config_kw: dict, min_trials: int = MIN_TRIALS
+                ) -> tuple[object, float, int, float | None]:
+    """Tune ``task`` for ``seconds`` (baseline included, and longer if that gave fewer than ``min_trials``
+    measurements); returns (database, tuning seconds, measurements, untuned ms)."""
+    from autosched.config import TuneConfig
+    from autosched.db import open_database
+    from autosched.session import TuningSession
+    from autosched.tune import Deadline
+
+    start = time.perf_counter()
+    db = open_database(str(work / f"{task.name}.db"))
+    config = TuneConfig(seed=0, **config_kw)
+    deadline = Deadline.after(seconds)
+    with TuningSession(config, task.target_json) as session:
+        base = session.measure_unscheduled(task)
+        result = session.tune(task, db, n_trials=100_000, deadline=deadline)
+        if result.n_measured < min_trials:  # a loaded machine or a tiny share: still enough to compare
+            result = session.tune(task, db, n_trials=min_trials)
+    untuned_ms = base.latency_s * 1e3 if base.latency_s < float("inf") else None
+    return db, time.perf_counter() - start, result.n_measured, untuned_ms
+
+
+def kernel_case(name: str, task, inputs, torch_call, seconds: float, dev: Devices, work: Path, repeat: int,
+                config_kw: dict) -> Row:
+    """Tune a task, rebuild its best schedule, check it against PyTorch's output and time both."""
+    import torch
+
+    from autosched._tvm import tvm
+    from autosched.api import best_module
+
+    db, tune_s, n, untuned_ms = tune_kernel(task, seconds, work, config_kw)
+    row = Row(name, "x".join(map(str, task.info.get("shape", ()))) or task.name, task.flops / 1e9, tune_s, n,
+              untuned_ms, None, None, None)
+    best = db.best(task.key, task.target_json)
+    if best is None:
+        row.error = "no valid measurement in the budget"
+        return row
+    function = tvm.compile(best_module(db, task.key), target=task.target)["main"]
+    out_spec = task.arg_specs()[-1]
+    args = dev.tensors(inputs, [out_spec])
+    t_args = [torch.from_numpy(a).to(dev.torch) for a in inputs]
+    want = torch_call(*t_args)
+    function(*args)
+    row.max_rel_err = max_rel_err(args[-1].numpy().astype("float32"), want.float().cpu().numpy())
+
+    def ours():
+        function(*args)
+        dev.sync_tvm()
+
+    def theirs():
+        torch_call(*t_args)
+        dev.sync_torch()
+
+    times = time_pair({"autosched": ours, "torch": theirs}, repeat)
+    row.autosched_ms, row.torch_ms = times["autosched"], times["torch"]
+    return row
+
+
+def matmul_fp16_task(m: int, n: int, k: int, target):
+    """float16 in, float16 out, float16 accumulation (tensor-core designs apply); checked against numpy."""
+    import numpy as np
+
+    from autosched._tvm import IRModule, te
+    from autosched.spaces.settings import settings_for
+    from autosched.tasks import primfunc_task
+
+    a, b = te.placeholder((m, k), "float16", name="A"), te.placeholder((k, n), "float16", name="B")
+    r = te.reduce_axis((0, k), "k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    task = primfunc_task("matmul_fp16", IRModule({"main": te.create_prim_func([a, b, c])}), target,
+                         settings_for(target).version)
+    task.reference = lambda ins: [(ins[0].astype(np.float32) @ ins[1].astype(np.float32)).astype(np.float16)]
+    task.info["shape"] = (m, n, k)
+    return task
+
+
+def kernel_rows(target, shapes: dict, budget_s: float, dev: Devices, work: Path, repeat: int) -> list[Row]:
+    import torch
+    import torch.nn.functional as F
+
+    from autosched.spaces.settings import settings_for
+    from autosched.tasks import op_task
+
+    version = settings_for(target).version
+    rows = []
+    mm = op_task("matmul", shapes["matmul"], target, version)
+    mm.info["shape"] = shapes["matmul"]
+    cases = [
+        ("matmul_fp32", mm, lambda a, b: torch.matmul(a, b), {}),
+        ("matmul_fp16", matmul_fp16_task(*shapes["matmul"], target), lambda a, b: torch.matmul(a, b),
+         {"rtol": FP16_TOLERANCE, "atol": FP16_TOLERANCE}),
+    ]
+    conv = op_task("conv2d", shapes["conv2d"], target, version)
+    conv.info["shape"] = shapes["conv2d"]
+    pad = (shapes["conv2d"][5] - 1) // 2
+    cases.append(("conv2d", conv, lambda x, w, b: torch.relu(F.conv2d(x, w, b, padding=pad)), {}))
+    for name, task, call, kw in cases:
+        inputs = task.random_inputs(0)
+        print(f"[{name}] tuning {task.name} for {budget_s * SHARES[name]:.0f} s ...", flush=True)
+        try:
+            with torch.no_grad():
+                rows.append(kernel_case(name, task, inputs, call, budget_s * SHARES[name], dev, work, repeat, kw))
+        except Exception as err:  # noqa: BLE001 - one failed case is reported, the others still run
+            rows.append(Row(name, task.name, task.flops / 1e9, 0.0, 0, None, None, None, None,
+                            error=f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}"))
+        print(f"[{name}] {rows[-1]}", flush=True)
+    return rows
+
+
+# --- one model ------------------------------------------------------------------------------------------------
+def model_row(name: str, target, seconds: float, dev: Devices, work: Path, repeat: int) -> Row:
+    """Tune the built-in model ``name`` for ``seconds``, compile it, check it against PyTorch, time both."""
+    import torch
+
+    from autosched import api
+    from autosched.config import TuneConfig
+    from autosched.models import zoo
+
+    module, example = zoo.build(name)
+    model = api.load_model(module, example_inputs=example, name=name)
+    start = time.perf_counter()
+    result = api.tune_model(model, target, db=str(work / f"{name}.db"),
+                            config=TuneConfig(seed=0, n_trials=0, time_budget_s=seconds))
+    tune_s = time.perf_counter() - start
+    compiled = api.compile(model, target, db=str(work / f"{name}.db"))
+    row = Row(name, "x".join(map(str, example[0].shape)), None, tune_s, len(result.states) + result.n_new,
+              result.untuned_s * 1e3, None, None, None,
+              notes=[f"tasks {result.n_tasks}, fusion groups {dict(compiled.counts())}",
+                     f"estimated from the tasks' best: {result.estimated_s * 1e3:.3f} ms"])
+    x = example[0].numpy()
+    module = module.to(dev.torch)
+    t_x = example[0].to(dev.torch)
+    with torch.no_grad():
+        want = module(t_x)
+        got = compiled(x)[0]
+        row.max_rel_err = max_rel_err(got, want.cpu().numpy())
+        vm_main, args = compiled.function, dev.tensors([x], [])
+
+        def ours():
+            vm_main(*args)
+            dev.sync_tvm()
+
+        def theirs():
+            module(t_x)
+            dev.sync_torch()
+
+        times = time_pair({"autosched": ours, "torch": theirs}, repeat)
+    row.autosched_ms, row.torch_ms = times["autosched"], times["torch"]
+    return row
+
+
+def machine() -> dict:
+    """What ran it (without ``common.machine_info``'s BLAS details: this script needs no bench extras)."""
+    import os
+    import platform
+
+    import torch
+
+    from autosched._tvm import TVM_VERSION, host_cpu
+
+    return {"cpu": host_cpu(), "n_cores": os.cpu_count(), "tvm": TVM_VERSION, "torch": torch.__version__,
+            "python": platform.python_version(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+# --- main -----------------------------------------------------------------------------------------------------
+def print_table(rows: list[Row], bar: float) -> None:
+    head = f"{'case':<12} {'shape':<22} {'tune s':>7} {'trials':>6} {'untuned ms':>10} {'autosched ms':>12} " \
+           f"{'torch ms':>9} {'vs torch':>8} {'rel err':>8}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        def f(v, fmt):
+            return format(v, fmt) if v is not None else "-"
+        print(f"{r.case:<12} {r.shape:<22} {r.tune_s:>7.0f} {r.n_measured:>6} {f(r.untuned_ms, '10.3f')} "
+              f"{f(r.autosched_ms, '12.3f')} {f(r.torch_ms, '9.3f')} {f(r.speed_vs_torch, '8.2f')} "
+              f"{f(r.max_rel_err, '8.1e')}" + (f"  ERROR {r.error}" if r.error else ""))
+    fp32 = next((r for r in rows if r.case == "matmul_fp32"), None)
+    if fp32 is not None and fp32.speed_vs_torch is not None:
+        verdict = "met" if fp32.speed_vs_torch >= bar else "NOT met"
+        print(f"fp32 matmul at {fp32.speed_vs_torch:.0%} of PyTorch's speed (bar {bar:.0%}): {verdict}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--target", default="", help="default: this GPU's architecture (sm_XX); llvm: this CPU")
+    p.add_argument("--budget-s", type=float, default=400.0, help="tuning seconds for all four cases together")
+    p.add_argument("--small", action="store_true", help="small shapes and the tiny CNN (a dry run of the steps)")
+    p.add_argument("--repeat", type=int, default=7, help="timing rounds per contender")
+    p.add_argument("--out", default="gpu_check", help="JSON name under bench/results/")
+    args = p.parse_args(argv)
+
+    from autosched._tvm import tvm
+    from autosched.targets import check_measurable, make_target
+
+    spec = args.target
+    if not spec:
+        dev = tvm.cuda(0)
+        if not dev.exist:
+            print("gpu_check: no CUDA GPU on this machine (give --target llvm for a dry run on this CPU)")
+            return 2
+        spec = "sm_" + dev.compute_version.replace(".", "")
+    target = check_measurable(make_target(spec))
+    devices = Devices(target)
+    if not devices.torch_ok:
+        print("gpu_check: this PyTorch has no CUDA support, so there is nothing to compare with")
+        return 2
+    shapes = SMALL if args.small else FULL
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        work = Path(tmp)
+        rows = kernel_rows(target, shapes, args.budget_s, devices, work, args.repeat)
+        print(f"[model] tuning {shapes['model']} for {args.budget_s * SHARES['model']:.0f} s ...", flush=True)
+        try:
+            rows.append(model_row(shapes["model"], target, args.budget_s * SHARES["model"], devices, work,
+                                  args.repeat))
+        except Exception as err:  # noqa: BLE001
+            rows.append(Row("model", shapes["model"], None, 0.0, 0, None, None, None, None,
+                            error=f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}"))
+    wall_s = time.perf_counter() - start
+    print_table(rows, 0.5)
+    print(f"wall time {wall_s:.0f} s")
+    info = machine()
+    if devices.kind == "cuda":
+        import torch
+
+        info["gpu"] = torch.cuda.get_device_name(0)
+    path = write_json(args.out, {"machine": info, "target": str(target), "budget_s": args.budget_s,
+                                 "small": args.small, "wall_s": wall_s,
+                                 "rows": [{**asdict(r), "speed_vs_torch": r.speed_vs_torch} for r in rows]})
+    print(f"wrote {path}")
+    return 0 if all(r.error is None for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
