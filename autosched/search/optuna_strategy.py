@@ -320,7 +320,7 @@ class OptunaStrategy(SearchStrategy):
 
     def _ask_direct(self, n: int) -> list[Candidate]:
         out: list[Candidate] = []
-        tries = 0
+        tries = duplicates = 0
         while len(out) < n and tries < self.max_tries_per_ask * n:
             if len(self._seen) + len(self._pending) >= self.space.size():
                 break  # every distinct setting has been proposed
@@ -337,6 +337,9 @@ class OptunaStrategy(SearchStrategy):
             key = cand.dedup_key()
             if key in self._seen or key in self._pending or any(c.dedup_key() == key for c in out):
                 self._tell_duplicate(trial, key)
+                duplicates += 1
+                if duplicates >= self.max_tries_per_ask:  # the sampler keeps to what is measured: explore
+                    self.propose(self._random_params(len(self._seen) + tries))
                 continue
             cand.trace_json = as_python(sch.trace.as_json(remove_postproc=False))
             cand.predicted_score = self._scores.pop(key, None)
@@ -349,6 +352,22 @@ class OptunaStrategy(SearchStrategy):
             out.append(cand)
         self.exhausted = len(out) < n
         return out
+
+    def _random_params(self, seed: int) -> dict[str, Any]:
+        """A point drawn uniformly from the space (the design first, then its knobs), reproducible by ``seed``."""
+        rng = np.random.default_rng([self.seed, seed])
+        knobs, params = self.space.knobs(), {}
+        if isinstance(knobs.get("design"), CategoricalDistribution):
+            params["design"] = knobs["design"].choices[rng.integers(len(knobs["design"].choices))]
+            knobs = self.space.knobs(params["design"])
+        for name, dist in knobs.items():
+            if name == "design":
+                continue
+            if isinstance(dist, IntDistribution):
+                params[name] = int(dist.low + dist.step * rng.integers((dist.high - dist.low) // dist.step + 1))
+            elif isinstance(dist, CategoricalDistribution):
+                params[name] = dist.choices[rng.integers(len(dist.choices))]
+        return params
 
     def _reject(self, trial: Trial, params: dict[str, Any], reason: str) -> None:
         mark_outcome(trial, Status.INVALID, reason)

@@ -99,6 +99,20 @@ def test_duplicate_schedule_is_not_measured_twice(matmul_space):
     assert told and all(t.value in (None, 1e-3) for t in told)
 
 
+def test_a_sampler_stuck_on_measured_schedules_is_helped_out_by_random_points(matmul_space):
+    """A sampler that keeps proposing what is measured (TPE late in a search) does not end the search: after
+    ``max_tries_per_ask`` duplicates in one ask, points drawn at random are proposed until new ones come."""
+    s = _strategy(matmul_space)
+    fixed = matmul_space.default_params(0)
+    s.study.sampler = optuna.samplers.PartialFixedSampler(fixed, optuna.samplers.RandomSampler(seed=0))
+    s.max_tries_per_ask = 4
+    first = s.ask(1)
+    s.tell(first, [MeasureResult(Status.OK, [1e-3])])
+    more = s.ask(3)
+    assert len(more) == 3 and not s.exhausted
+    assert len({c.dedup_key() for c in first + more}) == 4
+
+
 def test_exhausted_space_stops_proposing(cpu_target):
     from autosched.spaces.settings import settings_for
     from autosched.spaces.trace_space import TraceSearchSpace
