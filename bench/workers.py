@@ -31,7 +31,6 @@ import os
 import re
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,83 +42,26 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, fair_environment, load_now, machine_info, write_json  # noqa: E402
 
+from autosched.testing.rpc import LoopbackCluster  # noqa: E402
+
 KEY = "bench-workers"
-START_TIMEOUT_S = 180.0  # a server imports TVM before it registers: slow on a loaded machine
 AUTOSCHED = Path(sys.executable).parent / "autosched"  # the console script: its pid is the tuner's own
 
 
 # --- the RPC tracker and servers ------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Cluster:
-    """A TVM RPC tracker and ``n_servers`` servers under ``KEY`` on 127.0.0.1 (as tests/measure/test_rpc.py), each
-    in a process group of its own (a server forks its listen loop), stopped whole by ``stop``."""
+class Cluster(LoopbackCluster):
+    """The tracker and ``n_servers`` servers under ``KEY`` on 127.0.0.1 (as in tests/measure/test_rpc.py), and the
+    CPU time the servers spent measuring."""
 
     def __init__(self, n_servers: int, log_dir: Path):
-        self.n_servers, self.log_dir = n_servers, log_dir
-        self.procs: list[subprocess.Popen] = []
-        self.port = _free_port()
-        self.address = f"127.0.0.1:{self.port}"
-
-    def __enter__(self) -> Cluster:
-        try:
-            self.procs.append(self._spawn("tracker", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port",
-                                          str(self.port), "--port-end", str(self.port + 1)))
-            self._wait(self._tracker_up)
-            for i in range(self.n_servers):
-                port = _free_port()
-                self.procs.append(self._spawn(f"server{i}", "tvm.exec.rpc_server", "--host", "127.0.0.1", "--port",
-                                              str(port), "--port-end", str(port + 1), "--tracker", self.address,
-                                              "--key", KEY))
-            self._wait(lambda: self.n_devices() == self.n_servers)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def _spawn(self, name: str, module: str, *args: str) -> subprocess.Popen:
-        log = open(self.log_dir / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
-        return subprocess.Popen([sys.executable, "-m", module, *args], stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-
-    def _tracker_up(self) -> bool:
-        from autosched.measure.rpc import tracker_summary
-
-        try:
-            tracker_summary("127.0.0.1", self.port, timeout_s=1.0)
-            return True
-        except (OSError, ValueError):
-            return False
-
-    def n_devices(self) -> int:
-        from autosched.measure.rpc import n_devices
-
-        try:
-            return n_devices("127.0.0.1", self.port, KEY)
-        except (OSError, ValueError):
-            return -1
-
-    def _wait(self, ready) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not ready():
-            if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
-                logs = {p.name: p.read_text()[-500:] for p in self.log_dir.glob("*.log")}
-                raise RuntimeError(f"the RPC tracker or a server did not start: {logs}")
-            time.sleep(0.5)
+        super().__init__(n_servers, log_dir, KEY)
 
     def server_cpu_s(self) -> float:
         """CPU seconds of the servers so far (their forked session processes included, once they have ended)."""
         import psutil
 
         total = 0.0
-        for proc in self.procs[1:]:
+        for proc in self.servers:
             try:
                 root = psutil.Process(proc.pid)
                 for p in [root, *root.children(recursive=True)]:
@@ -128,10 +70,6 @@ class Cluster:
             except psutil.Error:
                 pass
         return total
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            _kill_group(proc)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -24,72 +19,15 @@ from autosched.measure.rpc import n_devices, tracker_summary
 from autosched.records import Candidate, Status
 from autosched.session import TuningSession
 from autosched.testing.fakes import ListStrategy
+from autosched.testing.rpc import LoopbackCluster, free_port
 from autosched.tune import tune_task
 
 KEY = "autosched-test"
-_START_TIMEOUT_S = 180.0  # a server imports TVM before registering: slow on a loaded machine
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Cluster:
-    """A TVM RPC tracker and ``n_servers`` servers under ``KEY``, each a process group of its own (a TVM server
-    runs its listen loop in a child process), so that one can be killed whole."""
-
-    def __init__(self, n_servers: int, log_dir: Path):
-        self.port = _free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self._log_dir = log_dir
-        self.tracker = self._spawn("tracker", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port",
-                                   str(self.port), "--port-end", str(self.port + 1))
-        self.servers: list[subprocess.Popen] = []
-        self._wait(lambda: self._tracker_up())
-        for i in range(n_servers):
-            port = _free_port()
-            self.servers.append(self._spawn(f"server{i}", "tvm.exec.rpc_server", "--host", "127.0.0.1", "--port",
-                                            str(port), "--port-end", str(port + 1), "--tracker", self.address,
-                                            "--key", KEY))
-        self._wait(lambda: n_devices("127.0.0.1", self.port, KEY) == n_servers)
-
-    def _spawn(self, name: str, module: str, *args: str) -> subprocess.Popen:
-        log = open(self._log_dir / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
-        return subprocess.Popen([sys.executable, "-m", module, *args], stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-
-    def _tracker_up(self) -> bool:
-        try:
-            tracker_summary("127.0.0.1", self.port, timeout_s=1.0)
-            return True
-        except (OSError, ValueError):
-            return False
-
-    def _wait(self, ready) -> None:
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not ready():
-            if time.monotonic() > deadline or any(p.poll() is not None for p in [self.tracker, *self.servers]):
-                self.stop()
-                logs = {p.name: p.read_text()[-500:] for p in self._log_dir.glob("*.log")}
-                raise RuntimeError(f"the RPC tracker or a server did not start: {logs}")
-            time.sleep(0.5)
-
-    @staticmethod
-    def kill(proc: subprocess.Popen) -> None:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # its group: the server and the children it forked
-            proc.wait()
-
-    def stop(self) -> None:
-        for proc in [*self.servers, self.tracker]:
-            self.kill(proc)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(2, tmp_path_factory.mktemp("rpc"))
+    c = LoopbackCluster(2, tmp_path_factory.mktemp("rpc"), KEY)
     yield c
     c.stop()
 
@@ -149,7 +87,7 @@ def _extern(name: str, *args: Any) -> Any:  # abort, sleep and usleep return 0 (
 def test_bad_candidates_cost_one_trial_each_on_remote_devices(matmul_task, tmp_path):
     """As with the local runner: a crash, a hang and a wrong result are each one trial; the good ones go on.
     (TVM's rpc_server stops serving after a session process crashes: the crash takes its server away.)"""
-    cluster = Cluster(2, tmp_path)
+    cluster = LoopbackCluster(2, tmp_path, KEY)
     try:
         mods = {"good": _matmul_plus(32), "crash": _matmul_plus(32, _extern("abort")),
                 "hang": _matmul_plus(32, _extern("sleep", 1000)),
@@ -176,7 +114,7 @@ def test_bad_candidates_cost_one_trial_each_on_remote_devices(matmul_task, tmp_p
 
 @pytest.mark.slow
 def test_a_server_killed_mid_run_costs_at_most_its_candidate(matmul_task, tmp_path):
-    cluster = Cluster(2, tmp_path)
+    cluster = LoopbackCluster(2, tmp_path, KEY)
     try:
         mod_json = save_json(_matmul_plus(32, _extern("usleep", 300_000)))
         cands = [Candidate(matmul_task.key, {"i": i}, decisions=[i], mod_json=mod_json) for i in range(8)]
@@ -231,7 +169,7 @@ def test_malformed_tracker_address(address, tmp_path, capsys):
 
 def test_unreachable_tracker(tmp_path, capsys):
     db = tmp_path / "t.db"
-    err = _refused(_tune_args(db, "--rpc", f"127.0.0.1:{_free_port()}", "--key", KEY), db, capsys)
+    err = _refused(_tune_args(db, "--rpc", f"127.0.0.1:{free_port()}", "--key", KEY), db, capsys)
     assert "no TVM RPC tracker answers there" in err and "rpc_tracker" in err
 
 
