@@ -11,7 +11,7 @@ import json
 import os
 import platform
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from autosched._tvm import Target, cross_compiler, host_cpu, host_features, llvm_cpus, tvm
@@ -73,6 +73,23 @@ def host_target(n_threads: int | None = None) -> Target:
     if features := host_features():
         config["mattr"] = features
     return Target(config)
+
+
+def other_thread_counts(target: Target, known: Iterable[str]) -> list[tuple[Target, int]]:
+    """``target`` at each other thread count found among the ``known`` target JSONs (e.g. the database's tasks'),
+    nearest first (ties: more threads): the same CPU, whose schedules are valid here too."""
+    if "num-cores" not in target.attrs:
+        return []
+    mine = json.loads(str(target))
+    rest = {k: v for k, v in mine.items() if k != "num-cores"}
+    counts = set()
+    for text in set(known):
+        theirs = json.loads(text)
+        n = theirs.pop("num-cores", None)
+        if isinstance(n, int) and n != mine["num-cores"] and theirs == rest:
+            counts.add(n)
+    ordered = sorted(counts, key=lambda n: (abs(n - mine["num-cores"]), -n))
+    return [(Target({**mine, "num-cores": n}), n) for n in ordered]
 
 
 def cuda_arch_target(arch: str) -> Target:

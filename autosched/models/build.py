@@ -36,6 +36,7 @@ from autosched.models.serving import Caller
 from autosched.records import Status
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
+from autosched.targets import other_thread_counts
 from autosched.tasks import target_json, task_key
 
 TUNED, DEFAULT, UNSCHEDULED = "tuned", "default", "unscheduled"
@@ -64,7 +65,7 @@ def apply_database(fused: IRModule, target: Target, db: Database | None, default
     ``on_group(done, total)`` after each group (progress of a big model)."""
     out = IRModule(fused.functions, attrs=fused.attrs) if fused.attrs else IRModule(fused.functions)
     space_version = settings_for(target).version
-    alternatives = [(target, None)] + [(t, n) for t, n in _other_thread_counts(db, target)]
+    alternatives = [(target, None)] + (other_thread_counts(target, [r.target for r in db.tasks()]) if db else [])
     sources: dict[str, str] = {}
     borrowed: dict[str, int] = {}
     skipped = _records_of_other_targets(db, [t for t, _ in alternatives])
@@ -124,22 +125,6 @@ def _best_of_alternatives(db: Database | None, mod: IRModule, alternatives: list
         if best is not None:
             return best, threads
     return None, None
-
-
-def _other_thread_counts(db: Database | None, target: Target) -> list[tuple[Target, int]]:
-    """``target`` at each other thread count the database holds tasks for, nearest first (ties: more threads)."""
-    if db is None or "num-cores" not in target.attrs:
-        return []
-    mine = json.loads(str(target))
-    counts = set()
-    for row in db.tasks():
-        theirs = json.loads(row.target)
-        n = theirs.pop("num-cores", None)
-        if isinstance(n, int) and n != mine["num-cores"] and theirs == {k: v for k, v in mine.items()
-                                                                     if k != "num-cores"}:
-            counts.add(n)
-    ordered = sorted(counts, key=lambda n: (abs(n - mine["num-cores"]), -n))
-    return [(Target({**mine, "num-cores": n}), n) for n in ordered]
 
 
 def _best_schedule_record(db: Database | None, key: str, tjson: str, skipped: Counter) -> Any | None:

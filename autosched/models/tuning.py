@@ -238,6 +238,25 @@ def share_sibling_bests(task: Task, strategies: dict, tasks: dict[str, Task], db
                 own.propose(fitted)
 
 
+def start_from_other_thread_counts(task: Task, strategy, db: Database, k: int = 4) -> int:
+    """The same task tuned for this CPU at another thread count (a model tuned at 2 threads, now at 1): the ``k``
+    best schedules of the nearest such count are valid here (only their parallel split was tuned for another
+    count), so they are queued as this search's first candidates. Returns how many were queued."""
+    from autosched.targets import other_thread_counts
+    from autosched.tasks import task_key
+
+    others = other_thread_counts(task.target, [row.target for row in db.tasks()])
+    for other_target, _ in others[:1]:
+        records = [r for r in db.records(task_key(task.mod, other_target, task.space_version))
+                   if r.status is Status.OK and r.trace_json is not None]
+        best = sorted(records, key=lambda r: r.latency_s)[:k]
+        fitted = [p for p in (strategy.fitted(r.params) for r in best) if p is not None]
+        for params in fitted:
+            strategy.propose(params)
+        return len(fitted)
+    return 0
+
+
 @dataclass
 class _Rounds:
     """What every search round needs: the session's builder and runner, the database, the deadline, the
@@ -258,6 +277,8 @@ class _Rounds:
             self.strategies.pop(task.key, None)  # a fresh strategy knows what it measured (no schedule twice)
         if task.key not in self.strategies:
             self.strategies[task.key] = self.session.strategy(task, self.db)
+            if n := start_from_other_thread_counts(task, self.strategies[task.key], self.db):  # measured: no-op
+                log.info("%s: proposes the %d best schedules tuned at another thread count", task.name, n)
         share_sibling_bests(task, self.strategies, {s.task.key: s.task for s in self.scheduler.states}, self.db)
         want = state.n_trials + self.scheduler.round_size(state, self.deadline.left_s())
 

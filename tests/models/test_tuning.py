@@ -188,3 +188,33 @@ def test_a_batch_whose_proposals_took_the_time_left_is_dropped_unmeasured(matmul
                        batch_size=4, deadline=Deadline.after(2.0, clock))
     assert result.out_of_time and result.n_new == 0 == runner.n_run == len(db.records(matmul_task.key))
     assert len(strategy.abandoned) == 4
+
+
+def test_a_task_tuned_at_another_thread_count_starts_from_its_best_schedules():
+    """A model tuned at 2 threads, then at 1 in the same database: each task's first candidates are the best
+    schedules of its 2-thread twin (valid at any thread count), best first; without such a twin, none."""
+    import optuna
+
+    from autosched.db import TaskRow
+    from autosched.models.tuning import start_from_other_thread_counts
+    from autosched.search.optuna_strategy import OptunaStrategy
+    from autosched.spaces.trace_space import TraceSearchSpace
+    from autosched.tasks import make_target
+    from autosched.tune import to_record
+
+    def strategy(task, seed):
+        space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=seed)
+        return OptunaStrategy(space, task.key, optuna.storages.InMemoryStorage(), "random", seed)
+
+    one, two = make_target("llvm", 1), make_target("llvm", 2)
+    at_one, at_two = (op_task("matmul", (32, 32, 32), t, settings_for(t).version) for t in (one, two))
+    db = MemoryDatabase()
+    assert start_from_other_thread_counts(at_one, strategy(at_one, 1), db) == 0
+    tuned = strategy(at_two, 0).ask(6)
+    db.commit_task(TaskRow(at_two.key, at_two.name, at_two.target_json, at_two.space_version, "{}", at_two.flops, {}))
+    latencies = [6e-3, 2e-3, 5e-3, 1e-3, 4e-3, 3e-3]
+    db.commit([to_record(at_two, c, MeasureResult(Status.OK, [s])) for c, s in zip(tuned, latencies, strict=True)])
+    search = strategy(at_one, 1)
+    assert start_from_other_thread_counts(at_one, search, db, k=3) == 3
+    best_first = [tuned[i].params for i in (3, 1, 5)]
+    assert [c.params for c in search.ask(3)] == [search.fitted(p) for p in best_first]
