@@ -4,6 +4,7 @@
     python bench/corpus.py --time 600 --models resnet50,bert  # 10 minutes of tuning per model
     python bench/corpus.py --size small --trials 0 --models alexnet,bert    # a quick look (no tuning)
     python bench/corpus.py --time 600 --threads 2 --db-dir ~/corpus-work   # the issue-16 table, resumable
+    python bench/corpus.py --time 600 --threads 1 --start-from ~/corpus-work --out corpus_t1_from_t2  # re-tuned
 
 Each model is built in code with random weights, exported to ONNX (dynamo exporter, opset 18) and imported
 from that file, as a user would; a model TVM's ONNX importer cannot read (LSTM, GRU) goes through the
@@ -23,6 +24,7 @@ import json
 import math
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -223,6 +225,9 @@ def print_table(rows: list[dict]) -> str:
     summary = (f"geometric mean of autosched / ONNX Runtime latency over the {len(ran)} models that ran: "
                f"{math.exp(statistics.fmean(math.log(x) for x in ran)):.2f}" if ran else "no model ran")
     summary += f"; {sum(not r['ok'] for r in rows)} of {len(rows)} failed"
+    if any(r.get("started_from") for r in rows):
+        summary += "; tuned further from the databases of " + ", ".join(sorted({r["started_from"] for r in rows
+                                                                            if r.get("started_from")}))
     console.print(summary)
     return summary
 
@@ -245,7 +250,11 @@ def main() -> None:
     p.add_argument("--rows-dir", help="keep the finished rows here instead (e.g. bench/results/corpus_rows, committed, "
                    "so that a table too long for one sitting is finished over several), in a folder named after this "
                    "CPU (a table is made of one CPU's rows); each row names the commit and CPU it was measured on")
+    p.add_argument("--start-from", help="a --db-dir of an earlier run (e.g. at another thread count): each model's "
+                   "tuning database is copied from it and tuned further (its rows say so; not a from-scratch figure)")
     args = p.parse_args()
+    if args.start_from and args.rows_dir:
+        p.error("--start-from rows are not from-scratch rows: keep them out of --rows-dir")
     if args.repeat < 5:
         p.error("--repeat must be at least 5")
     fair_environment(args.threads)
@@ -276,8 +285,11 @@ def main() -> None:
                 continue
             print(f"[{name}] ...", flush=True)
             (work / f"{name}.db").unlink(missing_ok=True)  # an unfinished model starts again, on its full budget
+            if args.start_from:  # the model tuned before (another thread count): its records come along
+                shutil.copy(Path(args.start_from).expanduser() / f"{name}.db", work / f"{name}.db")
             rows.append({**bench_model(name, args, work), "commit": commit, "cpu": meta["machine"]["cpu"],
-                         "time_per_model_s": args.time, "measured_at": time.strftime("%Y-%m-%d %H:%M")})
+                         "time_per_model_s": args.time, "measured_at": time.strftime("%Y-%m-%d %H:%M"),
+                         "started_from": args.start_from or None})
             done.write_text(json.dumps(rows[-1], default=str))
             r = rows[-1]
             print(f"[{name}] " + (f"autosched {r['autosched_s'] * 1e3:.3f} ms, ONNX Runtime "
