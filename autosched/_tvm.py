@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import linecache
 import os
 import subprocess
@@ -260,15 +259,6 @@ def cpu_device() -> Any:
     return tvm.cpu(0)
 
 
-def device_of(target_json: str) -> Any:
-    """The device a build for ``target_json`` (a target as JSON) runs on: GPU 0 for CUDA, else this CPU."""
-    try:
-        kind = json.loads(target_json).get("kind")
-    except (ValueError, AttributeError):
-        kind = None
-    return tvm.cuda(0) if kind == "cuda" else cpu_device()
-
-
 BufferLoad = tvm.ir.TensorLoad  # a buffer load expression (tirx.BufferLoad before TVM 0.27)
 
 
@@ -288,7 +278,7 @@ def mutate_graph_functions(mod: IRModule, mutator: Any, changed: Callable[[], bo
 
 __all__ = [
     "BufferLoad", "Call", "IRModule", "PrimFunc", "PopenPoolExecutor", "SAMPLE_KINDS", "Schedule", "ScheduleError",
-    "TVM_VERSION", "Target", "Trace", "arg_specs", "as_python", "cpu_device", "cross_compiler", "device_of",
+    "TVM_VERSION", "Target", "Trace", "arg_specs", "as_python", "cpu_device", "cross_compiler",
     "estimate_flops", "expr_dtype", "host_cpu", "install_fast_inspect", "llvm_cpus", "load_json", "map_calls", "ms",
     "mutate_graph_functions", "num_threads", "relax", "s_tir", "save_json", "set_num_threads", "structural_equal",
     "structural_hash", "te", "tirx", "topi", "tvm", "tvm_ffi",

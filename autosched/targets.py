@@ -139,6 +139,15 @@ def device_kind(target: Target) -> str:
     return "cpu" if target.kind.name == "llvm" else target.kind.name
 
 
+def device_of(target_json: str) -> Any:
+    """The device a build for ``target_json`` (a target as JSON) runs on, number 0 of its ``device_kind``; this CPU
+    for text that is not a target."""
+    try:
+        return tvm.device(device_kind(Target(json.loads(target_json))), 0)
+    except (ValueError, TypeError, AttributeError, RuntimeError):
+        return tvm.cpu(0)
+
+
 def has_device(kind: str) -> bool:
     """Whether this machine has a device of that kind ('cuda': a CUDA driver, libcuda, and a GPU)."""
     if kind == "cpu":

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from autosched._tvm import IRModule, Target, device_of, relax, set_num_threads, tirx, tvm
+from autosched._tvm import IRModule, Target, relax, set_num_threads, tirx, tvm
 from autosched.apply import schedule_from_record, untuned
 from autosched.db import Database
 from autosched.errors import GraphError, UserInputError
@@ -36,7 +36,7 @@ from autosched.models.serving import Caller
 from autosched.records import Status
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
-from autosched.targets import other_thread_counts
+from autosched.targets import device_of, other_thread_counts
 from autosched.tasks import target_json, task_key
 
 TUNED, DEFAULT, UNSCHEDULED = "tuned", "default", "unscheduled"

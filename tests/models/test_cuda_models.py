@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from autosched._tvm import as_python, cpu_device, device_of, tvm, tvm_ffi
+from autosched._tvm import as_python, cpu_device, tvm, tvm_ffi
 from autosched.db import MemoryDatabase, TaskRow
 from autosched.errors import UserInputError
 from autosched.models.build import (
@@ -28,6 +28,7 @@ from autosched.models.serving import Caller, DeviceCaller
 from autosched.records import Candidate, MeasureResult, Status
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
+from autosched.targets import device_of
 from autosched.tasks import make_target, target_json
 from autosched.tune import to_record
 
