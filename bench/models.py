@@ -5,6 +5,7 @@
     python bench/models.py --models gpt2-2x256 --out models_gpt2   # Hugging Face GPT-2, 2 layers, width 256
     python bench/models.py --models corpus:gpt2,corpus:vit_b_16 --time 5m   # corpus models, a time budget each
     python bench/models.py --models examples --out models_examples   # every example family, from its shipped log
+    python bench/models.py --models bert,gpt2-2x256 --spaces shipped,plain --time 180 --out models_spaces
 
 Each model is built in code with random weights (autosched.models.zoo, or autosched.models.corpus for
 ``corpus:NAME``), exported to ONNX and imported from that file, as a user would. It is tuned once, at
@@ -20,13 +21,19 @@ timer, medians. Beside them, each runtime's own time for the graph (TVM's timer 
 Runtime's profiler, ``SequentialExecutor::Execute``, in a second, profiled session timed in the same rounds):
 the gap between a call and that time is what the call path costs.
 Every output is checked against ONNX Runtime's first.
+``--spaces shipped,plain`` also tunes each model (same budget, its own database) in the ``plain`` search space --
+the shipped one without the additions for memory-bound work, i.e. no fast math and every design MetaSchedule's
+rules generate, not only those that fuse the epilogues -- and times both in the same rounds: the whole-model effect
+of those additions.
 Writes bench/results/<out>.json and prints the table.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -39,6 +46,50 @@ from common import fair_environment, load_now, machine_info, time_callable, time
 MODELS = ("mlp", "bert", "resnet18")
 EXAMPLES = [f"example:{n}" for n in ("mlp", "resnet", "mobilenet", "bert", "gpt", "vit", "lstm")]
 MAX_ERROR = 1e-3
+
+
+SPACES = ("shipped", "plain")
+
+
+def write_plain_search_spaces(folder: Path) -> Path:
+    """The shipped search spaces, the CPU one without fast math and without the fused-epilogue design filter (and
+    its version moved on, so its records never mix with the shipped space's)."""
+    from autosched.paths import data_dir
+    from autosched.spaces.settings import load_settings
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in data_dir("search_spaces").glob("*.toml"):
+        text = path.read_text()
+        if path.stem == "cpu":
+            version = load_settings(path).version
+            text = re.sub(r"(?m)^version = \d+$", f"version = {version + 1000}", text, count=1)
+            text = re.sub(r"(?ms)^(\[fast_math\]\s*\nops = )\[[^\]]*\]", r"\1[]", text)
+            text = re.sub(r"(?m)^fuse_epilogues = true$", "fuse_epilogues = false", text)
+        (folder / path.name).write_text(text)
+    plain = load_settings(folder / "cpu.toml")
+    if plain.fast_math or plain.fuse_epilogues:  # the shipped file's layout changed: fix the rewrite above
+        raise SystemExit(f"could not write the plain search space: {folder / 'cpu.toml'} still has fast math "
+                         "or fused-epilogue designs")
+    return folder
+
+
+@contextlib.contextmanager
+def search_spaces(variant: str, work: Path):
+    """Within: autosched tunes and compiles in the ``variant`` search space (``$AUTOSCHED_SEARCH_SPACES``)."""
+    from autosched.spaces.settings import SEARCH_SPACES_ENV
+
+    if variant == "shipped":
+        yield
+        return
+    old = os.environ.get(SEARCH_SPACES_ENV)
+    os.environ[SEARCH_SPACES_ENV] = str(write_plain_search_spaces(work / f"search_spaces_{variant}"))
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(SEARCH_SPACES_ENV, None)
+        else:
+            os.environ[SEARCH_SPACES_ENV] = old
 
 
 def _gpt2_small_lm():
@@ -74,7 +125,7 @@ def _build(name: str, work: Path):
     return module, inputs, zoo.export_onnx(name, work / f"{name}.onnx")
 
 
-def _tune(name: str, model, args: argparse.Namespace, work: Path) -> tuple:
+def _tune(name: str, model, args: argparse.Namespace, work: Path, variant: str = "shipped") -> tuple:
     from autosched import TuneConfig, open_database
     from autosched.models.graph import extract_tasks, rewrite
     from autosched.models.tuning import tune_model_tasks
@@ -86,10 +137,12 @@ def _tune(name: str, model, args: argparse.Namespace, work: Path) -> tuple:
     start = time.perf_counter()  # the whole tuning, graph rewrites and worker start-up included
     target = make_target("llvm", args.tune_threads)
     tasks = extract_tasks(rewrite(model.mod, target), target, settings_for(target).version)
-    db = open_database(str(work / f"{name.replace(':', '_')}.db"))
+    suffix = "" if variant == "shipped" else f".{variant}"
+    db = open_database(str(work / f"{name.replace(':', '_')}{suffix}.db"))
     config = TuneConfig(n_trials=args.trials, n_threads=args.tune_threads, seed=args.seed,
                         time_budget_s=args.time or 0.0)
-    print(f"[{name}] {len(tasks)} tasks, tuning at {args.tune_threads} thread(s) ...", flush=True)
+    print(f"[{name}] {len(tasks)} tasks, tuning at {args.tune_threads} thread(s) in the {variant} search space ...",
+          flush=True)
     last = [0.0]
 
     def progress(p) -> None:
@@ -104,7 +157,9 @@ def _tune(name: str, model, args: argparse.Namespace, work: Path) -> tuple:
 
 
 def _time_at(n: int, onnx_bytes: bytes, compiled, untuned, module, compiled_module, torch_inputs, inputs,
-             repeat: int) -> dict:
+             repeat: int, others: dict | None = None) -> dict:
+    """Medians of every contender's call at ``n`` threads; ``others``: more autosched builds (name -> model)
+    timed in the same rounds."""
     import torch
 
     from autosched._tvm import set_num_threads
@@ -118,6 +173,8 @@ def _time_at(n: int, onnx_bytes: bytes, compiled, untuned, module, compiled_modu
              "torch": lambda: module(*torch_inputs), "onnxruntime_profiled": lambda: profiled.run(None, feed)}
     if compiled_module is not None:
         calls["torch_compile"] = lambda: compiled_module(*torch_inputs)
+    for key, other in (others or {}).items():
+        calls[key] = lambda m=other: m(*inputs)
     with torch.no_grad():
         if compiled_module is not None:
             compiled_module(*torch_inputs)  # a new thread count may recompile: not in the timed rounds
@@ -171,6 +228,7 @@ def bench_model(name: str, args: argparse.Namespace, threads: list[int], work: P
     from autosched.models.reference import max_relative_error, onnxruntime_session
     from autosched.tasks import make_target
 
+    variants: dict[str, object] = {}  # search-space variant -> its tuning database (--spaces)
     if name.startswith("example:"):  # its shipped log, as a user of the example gets it: no tuning here
         prepared, db = _example(name)
         model, module, torch_inputs, onnx_bytes = (prepared.model, prepared.module, prepared.inputs,
@@ -182,10 +240,18 @@ def bench_model(name: str, args: argparse.Namespace, threads: list[int], work: P
         module, torch_inputs, onnx_path = _build(name, work)
         model = load_model(str(onnx_path), name=name)
         onnx_bytes = model.onnx_bytes
-        db, result, tune_s = _tune(name, model, args, work)
+        with search_spaces("shipped", work):
+            db, result, tune_s = _tune(name, model, args, work)
         row = {"model": name, "tasks": len(result.states), "tuned_tasks": result.n_tuned, "trials": result.n_new,
                "tune_s": tune_s, "tune_threads": args.tune_threads, "estimated_kernels_s": result.estimated_s,
                "threads": {}}
+        for variant in args.spaces[1:]:  # the same model and budget in another search space, its own database
+            with search_spaces(variant, work):
+                other_db, other, other_s = _tune(name, model, args, work, variant)
+            variants[variant] = other_db
+            row.setdefault("spaces", {})[variant] = {"tasks": len(other.states), "tuned_tasks": other.n_tuned,
+                                                     "trials": other.n_new, "tune_s": other_s,
+                                                     "estimated_kernels_s": other.estimated_s}
     module.eval()
     inputs = [t.numpy() for t in torch_inputs]
     session = onnxruntime_session(onnx_bytes, 1)
@@ -200,17 +266,25 @@ def bench_model(name: str, args: argparse.Namespace, threads: list[int], work: P
         compiled = compile_model(model, target, db)
         compile_s = time.perf_counter() - start
         untuned = compile_unscheduled(model, target)
-        error = max_relative_error(compiled(*inputs), want)
-        if not error <= MAX_ERROR:  # a wrong model is never timed nor counted
-            raise SystemExit(f"{name}: autosched's outputs differ from ONNX Runtime's (max rel. error {error:.1e})")
+        others = {}
+        for variant, other_db in variants.items():
+            with search_spaces(variant, work):
+                others[f"autosched[{variant}]"] = compile_model(model, target, other_db)
+        errors = {label: max_relative_error(built(*inputs), want) for label, built in
+                  {"autosched": compiled, **others}.items()}
+        for label, error in errors.items():
+            if not error <= MAX_ERROR:  # a wrong model is never timed nor counted
+                raise SystemExit(f"{name}: {label}'s outputs differ from ONNX Runtime's (max rel. error {error:.1e})")
+        error = errors.pop("autosched")
         times = _time_at(n, onnx_bytes, compiled, untuned, module, compiled_module, torch_inputs, inputs,
-                         args.repeat)
+                         args.repeat, others)
+        times.update({f"max_rel_error_vs_ort[{label}]": e for label, e in errors.items()})
         times.update(compile_s=compile_s, max_rel_error_vs_ort=error, sources=dict(compiled.counts()),
                      borrowed_groups=len(compiled.borrowed), skipped_records=dict(compiled.skipped))
         row["threads"][str(n)] = times
-        print(f"  {n} thread(s): " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in times.items()
-                                                if isinstance(v, float) and k not in ("load", "max_rel_error_vs_ort")),
-              flush=True)
+        shown = {k: v for k, v in times.items()
+                 if isinstance(v, float) and k != "load" and not k.startswith("max_rel_error")}
+        print(f"  {n} thread(s): " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in shown.items()), flush=True)
     return row
 
 
@@ -252,6 +326,28 @@ def print_table(rows: list[dict], threads: list[int]) -> list[str]:
     return lines + verdicts
 
 
+def print_spaces(rows: list[dict], threads: list[int]) -> list[str]:
+    """Whole-model latency per search space (--spaces), beside ONNX Runtime, from the same rounds."""
+    variants = sorted({v for r in rows for v in r.get("spaces", {})})
+    if not variants:
+        return []
+    lines = ["", "| model | threads | " + " | ".join(f"autosched {v} space ms" for v in ["shipped", *variants])
+             + " | ORT ms | " + " | ".join(f"{v} / ORT" for v in ["shipped", *variants])
+             + " | " + " | ".join(f"{v} / shipped" for v in variants) + " |",
+             "|---|---|" + "---:|" * (2 * len(variants) + 3 + len(variants))]
+    for r in rows:
+        for n in threads:
+            t = r["threads"][str(n)]
+            ms = [t["autosched"], *(t[f"autosched[{v}]"] for v in variants)]
+            lines.append(f"| {r['model']} | {n} | " + " | ".join(f"{x * 1e3:.3f}" for x in ms)
+                         + f" | {t['onnxruntime'] * 1e3:.3f} | "
+                         + " | ".join(f"{x / t['onnxruntime']:.2f}" for x in ms) + " | "
+                         + " | ".join(f"{x / t['autosched']:.2f}" for x in ms[1:]) + " |")
+    for line in lines:
+        print(line)
+    return lines
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(MODELS), help="zoo names, or corpus:NAME")
@@ -264,9 +360,14 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="models")
     p.add_argument("--db-dir", help="keep the tuning databases here (default: a temporary folder)")
+    p.add_argument("--spaces", default="shipped", help=f"search spaces to tune each model in, shipped first "
+                   f"(of {', '.join(SPACES)}): plain = without fast math and fused-epilogue designs")
     p.add_argument("--no-torch-compile", dest="torch_compile", action="store_false",
                    help="leave torch.compile (Inductor, compiled once per model) out")
     args = p.parse_args()
+    args.spaces = [v for v in args.spaces.split(",") if v]
+    if args.spaces[:1] != ["shipped"] or not set(args.spaces) <= set(SPACES):
+        p.error(f"--spaces: shipped first, then any of {', '.join(SPACES[1:])}")
     threads = [int(t) for t in args.threads.split(",")]
     fair_environment(max(threads))
     rows: list[dict] = []
@@ -280,7 +381,7 @@ def main() -> None:
         for name in names:
             rows.append(bench_model(name, args, threads, work))
             write_json(args.out, payload)
-    payload["summary"] = print_table(rows, threads)
+    payload["summary"] = print_table(rows, threads) + print_spaces(rows, threads)
     payload["wall_s"] = time.perf_counter() - wall
     print(f"wrote {write_json(args.out, payload)} ({payload['wall_s']:.0f} s)")
 

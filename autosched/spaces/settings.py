@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,9 +127,14 @@ def _fast_math(path: Path, table: dict[str, Any]) -> tuple[str, ...]:
     return ops
 
 
+SEARCH_SPACES_ENV = "AUTOSCHED_SEARCH_SPACES"  # a folder of *.toml used instead of the shipped search_spaces/
+
+
 def settings_for(target: Target, folder: Path | None = None) -> SpaceSettings:
-    """The settings whose ``target_kinds`` contains the target's kind."""
-    folder = folder or data_dir("search_spaces")
+    """The settings whose ``target_kinds`` contains the target's kind, from ``folder``, else the folder named by
+    ``$AUTOSCHED_SEARCH_SPACES``, else the shipped ``search_spaces/``."""
+    folder = folder or (Path(os.environ[SEARCH_SPACES_ENV]) if os.environ.get(SEARCH_SPACES_ENV)
+                        else data_dir("search_spaces"))
     for path in sorted(folder.glob("*.toml")):
         settings = load_settings(path)
         if target.kind.name in settings.target_kinds:

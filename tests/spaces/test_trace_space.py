@@ -83,6 +83,19 @@ def test_shipped_settings_load_and_carry_a_version(cpu_target):
     assert {p.name for p in data_dir("search_spaces").glob("*.toml")} >= {"cpu.toml", "cuda.toml"}
 
 
+def test_a_folder_named_by_the_environment_replaces_the_shipped_search_spaces(cpu_target, tmp_path, monkeypatch):
+    shipped = settings_for(cpu_target)
+    text = (data_dir("search_spaces") / "cpu.toml").read_text()
+    text = text.replace(f"version = {shipped.version}", f"version = {shipped.version + 1000}", 1)
+    (tmp_path / "cpu.toml").write_text(text.replace("fuse_epilogues = true", "fuse_epilogues = false"))
+    monkeypatch.setenv("AUTOSCHED_SEARCH_SPACES", str(tmp_path))
+    mine = settings_for(cpu_target)
+    assert (mine.version, mine.fuse_epilogues) == (shipped.version + 1000, False)
+    monkeypatch.setenv("AUTOSCHED_SEARCH_SPACES", str(tmp_path / "nothing-here"))
+    with pytest.raises(UserInputError, match="no search space in .*nothing-here"):
+        settings_for(cpu_target)
+
+
 def test_unsupported_knob_encoding_is_refused(tmp_path):
     text = (data_dir("search_spaces") / "cpu.toml").read_text().replace('tile = "divisor_index"', 'tile = "tuple"')
     path = tmp_path / "cpu.toml"
