@@ -34,6 +34,9 @@ class TuneConfig:
     run_timeout_s: float = 30.0
     repeat: int = 3  # timed repeats per candidate (median reported)
     min_repeat_ms: int = 25  # each repeat runs the kernel until this much time has passed
+    flush_cache: bool = False  # CPU: before each timed run, flush every argument but the first (the weights, the
+    # outputs) from the caches, so a kernel is timed as inside a model whose weights do not stay cached; each
+    # repeat is then one run
     cutoff_ratio: float = 3.0  # a candidate whose first run is this much slower than the best is timed once
     cost_model: str = "xgb"  # one of COST_MODELS: screens the sampler's proposals before measuring
     transfer: bool = True  # start from the shipped cross-task model (cost_models/<target kind>) if one fits

@@ -106,6 +106,7 @@ def run(
     atol: float,
     check: bool = True,
     cutoff_s: float | None = None,
+    flush_cache: bool = False,
 ) -> dict[str, Any]:
     """Load a library here, check its outputs against the reference in ``io_path``, then time it
     (``measure``)."""
@@ -113,7 +114,7 @@ def run(
 
     lib = tvm.runtime.load_module(lib_path)
     return measure(lib, tvm.device(device, 0), _load_io(io_path), n_outputs, _timed_spec(lib_path), repeat,
-                   min_repeat_ms, rtol, atol, check, cutoff_s)
+                   min_repeat_ms, rtol, atol, check, cutoff_s, flush_cache)
 
 
 def measure(
@@ -128,12 +129,15 @@ def measure(
     atol: float,
     check: bool = True,
     cutoff_s: float | None = None,
+    flush_cache: bool = False,
 ) -> dict[str, Any]:
     """Check a loaded library's outputs against the reference arrays ``io``, then time it on ``dev``. The
     library and device are local ones or an RPC session's: the same code checks and times both.
 
     A candidate whose checking run and one warm run both take longer than ``cutoff_s`` is reported with the
     warm timing instead of the full repeats: it is far from the best, and the search only needs to know that.
+    ``flush_cache`` (CPU): every argument but the first is flushed from the caches before each repeat, and each
+    repeat is one run: the weights and outputs come from memory, as inside a model too large to stay cached.
 
     Returns {"status": "OK"|"WRONG_RESULT", "latencies_s": [...], "error": str|None, "outputs": optional}.
     """
@@ -162,8 +166,12 @@ def measure(
         warm_s = lib.time_evaluator(name, dev, number=1, repeat=1, min_repeat_ms=0)(*args).results[0]
         if warm_s > cutoff_s:
             return {"status": "OK", "latencies_s": [warm_s], "error": None}
-    timer = lib.time_evaluator(name, dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms,
-                               cooldown_interval_ms=0)
+    if flush_cache and dev.device_type == tvm.cpu().device_type:
+        timer = lib.time_evaluator(name, dev, number=1, repeat=repeat, min_repeat_ms=0, cooldown_interval_ms=0,
+                                   f_preproc="cache_flush_cpu_non_first_arg")
+    else:
+        timer = lib.time_evaluator(name, dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms,
+                                   cooldown_interval_ms=0)
     return {"status": "OK", "latencies_s": list(timer(*args).results), "error": None}
 
 
@@ -232,6 +240,7 @@ def run_remote(
     cutoff_s: float | None = None,
     session_timeout_s: float = 0.0,
     n_threads: int | None = None,
+    flush_cache: bool = False,
 ) -> dict[str, Any]:
     """``run`` on a device under ``key`` at a TVM RPC tracker: one session per call, which the server kills
     after ``session_timeout_s`` (0: never). The library is uploaded; checking and timing are ``measure``."""
@@ -247,4 +256,4 @@ def run_remote(
     sess.upload(lib_path)
     lib = sess.load_module(os.path.basename(lib_path))
     return measure(lib, sess.device(device, 0), _load_io(io_path), n_outputs, _timed_spec(lib_path), repeat,
-                   min_repeat_ms, rtol, atol, check, cutoff_s)
+                   min_repeat_ms, rtol, atol, check, cutoff_s, flush_cache)
