@@ -120,3 +120,23 @@ def test_workers_load_tvm_but_not_pytorch_and_a_restarted_worker_neither():
         assert pool.submit(torch_blocked_tvm_loaded).result() == (True, True)
     finally:
         pool.close()
+
+
+def test_flush_cache_times_one_cold_run_per_repeat(matmul_task):
+    """With ``flush_cache`` each repeat is one run after a cache flush, not a loop of min_repeat_ms warm runs."""
+    import time
+
+    cand = Candidate(matmul_task.key, {"kind": "good"}, decisions=[0], mod_json=save_json(_matmul_variant(32)))
+    spent = {}
+    for flush in (False, True):
+        cfg = TuneConfig(n_threads=1, repeat=3, min_repeat_ms=200, flush_cache=flush)
+        with TuningSession(cfg, matmul_task.target_json) as session:
+            io = session.prepare_io(matmul_task)
+            session.runner.run(session.builder.build([cand]), io)  # the worker's start-up, outside the clock
+            builds = session.builder.build([cand])
+            start = time.perf_counter()
+            (res,) = session.runner.run(builds, io)
+            spent[flush] = time.perf_counter() - start
+        assert res.status is Status.OK and len(res.latencies_s) == 3
+    assert spent[False] >= 0.6  # 3 repeats of at least 200 ms of warm runs
+    assert spent[True] < 0.3  # 3 single runs of a 32x32 matmul, each after a flush
