@@ -78,11 +78,9 @@ def search_spaces(variant: str, work: Path):
     """Within: autosched tunes and compiles in the ``variant`` search space (``$AUTOSCHED_SEARCH_SPACES``)."""
     from autosched.spaces.settings import SEARCH_SPACES_ENV
 
-    if variant == "shipped":
-        yield
-        return
-    old = os.environ.get(SEARCH_SPACES_ENV)
-    os.environ[SEARCH_SPACES_ENV] = str(write_plain_search_spaces(work / f"search_spaces_{variant}"))
+    old = os.environ.pop(SEARCH_SPACES_ENV, None)  # "shipped" means the shipped files, whatever the caller set
+    if variant != "shipped":
+        os.environ[SEARCH_SPACES_ENV] = str(write_plain_search_spaces(work / f"search_spaces_{variant}"))
     try:
         yield
     finally:

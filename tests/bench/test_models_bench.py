@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,8 +43,12 @@ def test_search_spaces_sets_and_restores_the_environment(tmp_path, monkeypatch):
     target = make_target("llvm", 1)
     with bench.search_spaces("plain", tmp_path):
         assert settings_for(target).fast_math == ()
-    assert SEARCH_SPACES_ENV not in __import__("os").environ
+    assert SEARCH_SPACES_ENV not in os.environ
     assert settings_for(target).fast_math
+    monkeypatch.setenv(SEARCH_SPACES_ENV, str(tmp_path / "mine"))  # a folder of the caller's own
+    with bench.search_spaces("shipped", tmp_path):
+        assert settings_for(target).fast_math  # the shipped files, not the caller's
+    assert os.environ[SEARCH_SPACES_ENV] == str(tmp_path / "mine")
 
 
 @pytest.mark.slow
