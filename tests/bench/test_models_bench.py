@@ -55,6 +55,7 @@ def test_search_spaces_sets_and_restores_the_environment(tmp_path, monkeypatch):
 def test_a_tiny_run_times_both_spaces(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("onnxruntime")
+    pytest.importorskip("threadpoolctl")  # the benchmarks' own extra (.[bench])
     out = "test_models_spaces"
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--models", "mlp", "--trials", "2", "--threads", "1", "--repeat", "3",
