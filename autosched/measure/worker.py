@@ -166,12 +166,9 @@ def measure(
         warm_s = lib.time_evaluator(name, dev, number=1, repeat=1, min_repeat_ms=0)(*args).results[0]
         if warm_s > cutoff_s:
             return {"status": "OK", "latencies_s": [warm_s], "error": None}
-    if flush_cache and dev.dlpack_device_type() == tvm.cpu().dlpack_device_type():
-        timer = lib.time_evaluator(name, dev, number=1, repeat=repeat, min_repeat_ms=0, cooldown_interval_ms=0,
-                                   f_preproc="cache_flush_cpu_non_first_arg")
-    else:
-        timer = lib.time_evaluator(name, dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms,
-                                   cooldown_interval_ms=0)
+    flush = flush_cache and dev.dlpack_device_type() == tvm.cpu().dlpack_device_type()
+    timer = lib.time_evaluator(name, dev, number=1, repeat=repeat, min_repeat_ms=0 if flush else min_repeat_ms,
+                               cooldown_interval_ms=0, f_preproc="cache_flush_cpu_non_first_arg" if flush else "")
     return {"status": "OK", "latencies_s": list(timer(*args).results), "error": None}
 
 

@@ -122,21 +122,34 @@ def test_workers_load_tvm_but_not_pytorch_and_a_restarted_worker_neither():
         pool.close()
 
 
-def test_flush_cache_times_one_cold_run_per_repeat(matmul_task):
-    """With ``flush_cache`` each repeat is one run after a cache flush, not a loop of min_repeat_ms warm runs."""
-    import time
 
-    cand = Candidate(matmul_task.key, {"kind": "good"}, decisions=[0], mod_json=save_json(_matmul_variant(32)))
-    spent = {}
-    for flush in (False, True):
-        cfg = TuneConfig(n_threads=1, repeat=3, min_repeat_ms=200, flush_cache=flush)
-        with TuningSession(cfg, matmul_task.target_json) as session:
-            io = session.prepare_io(matmul_task)
-            session.runner.run(session.builder.build([cand]), io)  # the worker's start-up, outside the clock
-            builds = session.builder.build([cand])
-            start = time.perf_counter()
-            (res,) = session.runner.run(builds, io)
-            spent[flush] = time.perf_counter() - start
-        assert res.status is Status.OK and len(res.latencies_s) == 3
-    assert spent[False] >= 0.6  # 3 repeats of at least 200 ms of warm runs
-    assert spent[True] < 0.3  # 3 single runs of a 32x32 matmul, each after a flush
+class _RecordingLibrary:
+    """A real built library whose ``time_evaluator`` calls are recorded."""
+
+    def __init__(self, lib):
+        self.lib, self.timer_kwargs = lib, []
+
+    def __getitem__(self, name):
+        return self.lib[name]
+
+    def time_evaluator(self, name, dev, **kwargs):
+        self.timer_kwargs.append(kwargs)
+        return self.lib.time_evaluator(name, dev, **kwargs)
+
+
+def test_flush_cache_times_one_cold_run_per_repeat():
+    """With ``flush_cache`` each repeat is one run after TVM's cache flush, not a loop of min_repeat_ms warm runs."""
+    import numpy as np
+
+    from autosched._tvm import tvm
+    from autosched.measure.worker import measure
+
+    a, b = (np.random.default_rng(i).random((32, 32), dtype=np.float32) for i in range(2))
+    io = {"in0": a, "in1": b, "out0": a @ b, "shape_out0": np.array((32, 32)), "dtype_out0": np.array("float32")}
+    for flush, (min_repeat_ms, preproc) in {False: (200, ""), True: (0, "cache_flush_cpu_non_first_arg")}.items():
+        lib = _RecordingLibrary(tvm.compile(_matmul_variant(32), target="llvm").mod)
+        res = measure(lib, tvm.cpu(), io, 1, None, repeat=3, min_repeat_ms=200, rtol=1e-4, atol=1e-5,
+                      flush_cache=flush)
+        assert res["status"] == "OK" and len(res["latencies_s"]) == 3
+        (kwargs,) = lib.timer_kwargs
+        assert (kwargs["number"], kwargs["min_repeat_ms"], kwargs["f_preproc"]) == (1, min_repeat_ms, preproc)
