@@ -128,12 +128,14 @@ def tune_model(model: Any, target: str | Target = "llvm", db: str | Database = "
 
 def compile(model: Any, target: str | Target = "llvm", db: str | Database | None = None,
             n_threads: int | None = None, shape_buckets: dict[str, tuple[int, ...]] | None = None,
-            precision: str = "fp32"):
+            precision: str = "fp32", max_padding: float | None = None):
     """Build a model with the best schedule of every tuned fusion group in ``db`` (default ones elsewhere).
 
     Returns a ``CompiledModel``: call it with numpy arrays, ``.time(...)`` it, or ``.export_library(path)``
     and load that later with ``autosched.load_compiled(path)``. With ``shape_buckets`` (an ONNX model with
-    symbolic dimensions): a ``BucketedModel`` that takes inputs of any size (``autosched.models.buckets``).
+    symbolic dimensions): a ``BucketedModel`` that takes inputs of any size (``autosched.models.buckets``);
+    ``max_padding`` (e.g. 1.25) adds builds between the buckets with their schedules refitted, so that no size
+    pads by more (``compile_buckets``).
     ``precision``: ``bf16``/``fp16`` matmuls and convolutions, as tuned; ``.precision_error`` is the max relative
     error against float32 on random inputs.
     """
@@ -146,7 +148,8 @@ def compile(model: Any, target: str | Target = "llvm", db: str | Database | None
 
         symbolic, models = load_buckets(model, shape_buckets)
         return compile_buckets(symbolic, [(sizes, _at(m, precision)) for sizes, m in models], target, database,
-                               lambda sizes: _at(load_model(model, symbolic.shapes(sizes)), precision))
+                               lambda sizes: _at(load_model(model, symbolic.shapes(sizes)), precision),
+                               max_padding=max_padding)
     model = _at(model if hasattr(model, "mod") else load_model(model), precision)
     return compile_model(model, target, database)
 

@@ -75,6 +75,13 @@ def _bucket_arg(p: argparse.ArgumentParser) -> None:
                         "the next larger bucket where that is exact (repeatable, one per symbol)")
 
 
+def _padding_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-padding", type=float, metavar="RATIO",
+                   help="with --shape-buckets: also build sizes between the buckets (1, 2, 4, multiples of 8), each "
+                        "with the schedules of the bucket it would pad into, refitted, so that a size pads by at "
+                        "most RATIO, e.g. 1.25 (one more build, and copy of the weights, per size)")
+
+
 def _model_args(p: argparse.ArgumentParser, threads_default: int | None = None) -> None:
     p.add_argument("model", help="an .onnx file, or zoo:mlp | zoo:resnet18 | zoo:bert (built-in)")
     p.add_argument("--input", action="append", help="shape of a model input, NAME:1x3x224x224 (repeatable)")
@@ -95,6 +102,7 @@ def _add_model_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", required=True, help="tuning database (SQLite path or SQLAlchemy URL)")
     p.add_argument("-o", "--output", required=True, help="library to write (a .so; PATH.json is written beside)")
     _bucket_arg(p)
+    _padding_arg(p)
     p = sub.add_parser("run", help="time a tuned model against the untuned build and ONNX Runtime, check outputs")
     _model_args(p, cores)
     p.add_argument("--db", required=True, help="tuning database (SQLite path or SQLAlchemy URL)")
@@ -103,6 +111,7 @@ def _add_model_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tolerance", type=float, help="max relative error vs ONNX Runtime (1e-3; 2e-2 with --precision "
                                                    "bf16, 1e-2 with fp16, 5e-2 with int8)")
     _bucket_arg(p)
+    _padding_arg(p)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -296,7 +296,7 @@ def _warn_if_no_match(compiled, db, target) -> None:
         err.print("note: records not applied: " + ", ".join(f"{n} {why}" for why, n in compiled.skipped.items())
                   + " (a schedule is only applied to the target and TVM release it was measured on)",
                   style="yellow", highlight=False)
-    if compiled.counts()["tuned"] or not db.tasks():
+    if compiled.counts()["tuned"] or compiled.counts()["transferred"] or not db.tasks():
         return
     others = {json.loads(t.target).get("num-cores") for t in db.tasks()}
     err.print(f"warning: none of the {len(db.tasks())} tasks in the database is for this target "
@@ -318,7 +318,13 @@ def _compile_showing_progress(model, target, db, fused):
         return compile_model(model, target, db, fused=fused, on_progress=update)
 
 
+def _padding_needs_buckets(args: argparse.Namespace) -> None:
+    if getattr(args, "max_padding", None) is not None and not getattr(args, "shape_buckets", None):
+        raise UserInputError("--max-padding goes with --shape-buckets (the sizes it fills in between)")
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
+    _padding_needs_buckets(args)
     if getattr(args, "shape_buckets", None):
         return _compile_buckets_command(args)
     model, target, fused = _load(args, args.threads)
@@ -337,6 +343,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    _padding_needs_buckets(args)
     if getattr(args, "shape_buckets", None):
         return _run_buckets_command(args)
     from autosched._tvm import set_num_threads
@@ -398,7 +405,8 @@ def _compile_buckets(args: argparse.Namespace, db):
 
     with step(mode_of(args), err, "compiling buckets") as update:
         bucketed = compile_buckets(symbolic, [(s, m) for s, m, _ in loaded], target, db, reload,
-                                   lambda label: update(label), fused=[f for _, _, f in loaded])
+                                   lambda label: update(label), fused=[f for _, _, f in loaded],
+                                   max_padding=getattr(args, "max_padding", None))
     for compiled in bucketed.compiled.values():
         _warn_if_no_match(compiled, db, target)
     return bucketed, loaded[0][1], target
@@ -415,9 +423,14 @@ def _compile_buckets_command(args: argparse.Namespace) -> int:
     written = export_buckets(bucketed, output, model.onnx_bytes)
     for label, compiled in bucketed.compiled.items():
         n = compiled.counts()
-        out.print(f"{label}: {len(compiled.sources)} fusion groups: {n['tuned']} tuned, {n['default']} default "
-                  f"schedule, {n['unscheduled']} unscheduled", highlight=False)
+        transferred = (f"{n['transferred']} with the schedules of {bucketed.filled[label]}, "
+                       if label in bucketed.filled else "")
+        out.print(f"{label}: {len(compiled.sources)} fusion groups: {n['tuned']} tuned, {transferred}{n['default']} "
+                  f"default schedule, {n['unscheduled']} unscheduled", highlight=False)
     out.print(bucketed.pad_check, highlight=False)
+    if getattr(args, "max_padding", None) and not bucketed.filled:
+        why = "the buckets are close enough" if bucketed.pads else "padding is off for this model"
+        out.print(f"--max-padding {args.max_padding}: no size added ({why})", highlight=False)
     out.print(f"wrote {len(written)} libraries ({', '.join(p.name for p in written)}) and {output}.json; load them "
               f"with autosched.load_compiled({str(output)!r})", highlight=False)
     return 0

@@ -11,7 +11,9 @@ seconds for the whole run, setup included), and, for the reference, one model pe
 same time per bucket (``--time`` / number of buckets). Every length of ``--lengths`` is then timed, in one
 process at ``--threads``: the bucketed model (its own bucket, or padded into the next one), ONNX Runtime's
 ``session.run`` of the same ONNX file (one session; default settings but the thread count) and, at the
-``--exact`` lengths, the model tuned for that length: the call a user makes (numpy in, numpy out), in
+``--exact`` lengths, the model tuned for that length, and (``--max-padding``, default 1.25) the same buckets
+compiled with sizes between them whose schedules are refitted from the buckets' (``compile(max_padding=...)``),
+each reported on its own: the call a user makes (numpy in, numpy out), in
 interleaved rounds with the same timer, medians. Outputs are checked against ONNX Runtime at every length.
 Writes bench/results/<out>.json and prints the table.
 """
@@ -74,6 +76,9 @@ def main() -> None:
     p.add_argument("--time", type=float, default=600, help="tuning seconds for all buckets together")
     p.add_argument("--exact", default="24,48,96,192", help="lengths that also get a model tuned for them alone")
     p.add_argument("--lengths", default="all", help="lengths to time: all (1..max bucket) or a comma list")
+    p.add_argument("--max-padding", type=float, default=1.25,
+                   help="also time the model compiled with sizes between the buckets (compile(max_padding=...)), "
+                        "their schedules refitted from the buckets' (0: buckets only)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeat", type=int, default=5, help="interleaved timing rounds per length")
     p.add_argument("--seed", type=int, default=0)
@@ -102,6 +107,8 @@ def main() -> None:
         tuning[f"seq={n}"] = _tune(onnx_path, work / f"exact_{n}.db", per_bucket_s, args.threads, args.seed,
                                    shape_buckets={"seq": (n,)})
     bucketed = compile_model(str(onnx_path), "llvm", str(work / "buckets.db"), args.threads, shape_buckets=buckets)
+    filled = (compile_model(str(onnx_path), "llvm", str(work / "buckets.db"), args.threads, shape_buckets=buckets,
+                            max_padding=args.max_padding) if args.max_padding else None)
     exact_models = {n: compile_model(str(onnx_path), "llvm", str(work / f"exact_{n}.db"), args.threads,
                                      shape_buckets={"seq": (n,)}) for n in exact}
     session = onnxruntime_session(onnx_path.read_bytes(), args.threads)
@@ -116,48 +123,78 @@ def main() -> None:
         want = session.run(None, feed)
         calls = {"autosched": lambda x=ids: bucketed(x), "onnxruntime": lambda f=feed: session.run(None, f)}
         error = max_relative_error(bucketed(ids), want)
+        if filled is not None:
+            calls["filled"] = lambda x=ids: filled(x)
+            error = max(error, max_relative_error(filled(ids), want))
         if n in exact_models:
             calls["exact"] = lambda x=ids, m=exact_models[n]: m(x)
             error = max(error, max_relative_error(exact_models[n](ids), want))
         times = {k: statistics.median(v) for k, v in time_interleaved(calls, args.repeat, min_round_s=0.05).items()}
         row = {"seq": n, "route": bucketed.route({"seq": n}), "max_rel_error": error, "load": load_now(),
                **{f"{k}_s": v for k, v in times.items()}}
+        if filled is not None:
+            row["filled_route"] = filled.route({"seq": n})
         rows.append(row)
         exact_text = f", exact-tuned {times['exact'] * 1e3:.3f} ms" if "exact" in times else ""
-        print(f"seq={n:3d} {row['route']:18s} autosched {times['autosched'] * 1e3:.3f} ms, ONNX Runtime "
+        filled_text = (f", filled ({row['filled_route']}) {times['filled'] * 1e3:.3f} ms" if "filled" in times
+                       else "")
+        print(f"seq={n:3d} {row['route']:18s} autosched {times['autosched'] * 1e3:.3f} ms{filled_text}, ONNX Runtime "
               f"{times['onnxruntime'] * 1e3:.3f} ms{exact_text}, err {error:.1e}", flush=True)
     summary = summarize(rows)
-    print_summary(rows, summary, tuning)
+    summary_filled = summarize(rows, "filled")
+    print_summary(rows, {"buckets only": summary, f"filled (max padding {args.max_padding})": summary_filled},
+                  tuning)
     write_json(args.out, {"machine": machine_info(), "args": vars(args), "buckets": list(buckets["seq"]),
                           "pad_check": bucketed.pad_check, "tuning_s": {k: v[0] for k, v in tuning.items()},
-                          "tasks": {k: v[1] for k, v in tuning.items()}, "rows": rows, "summary": summary})
+                          "tasks": {k: v[1] for k, v in tuning.items()}, "rows": rows, "summary": summary,
+                          "summary_filled": summary_filled,
+                          "filled": filled.filled if filled is not None else {}})
     if any(r["max_rel_error"] > MAX_ERROR for r in rows):
         raise SystemExit(f"outputs differ from ONNX Runtime by more than {MAX_ERROR}")
 
 
-def summarize(rows: list[dict]) -> dict:
+def summarize(rows: list[dict], contender: str = "autosched") -> dict:
+    """Per contender (``autosched``: buckets only; ``filled``: with sizes between them): vs ONNX Runtime at every
+    length, and vs the models tuned for single lengths."""
     import numpy as np
 
-    vs_ort = [r["autosched_s"] / r["onnxruntime_s"] for r in rows]
-    vs_exact = {r["seq"]: r["autosched_s"] / r["exact_s"] for r in rows if "exact_s" in r}
+    if f"{contender}_s" not in rows[0]:
+        return {}
+    vs_ort = [r[f"{contender}_s"] / r["onnxruntime_s"] for r in rows]
+    vs_exact = {r["seq"]: r[f"{contender}_s"] / r["exact_s"] for r in rows if "exact_s" in r}
     return {"lengths": len(rows), "at_most_ort": sum(v <= 1.0 for v in vs_ort),
             "geomean_vs_ort": float(np.exp(np.mean(np.log(vs_ort)))), "worst_vs_ort": max(vs_ort),
             "worst_vs_ort_seq": rows[int(np.argmax(vs_ort))]["seq"], "vs_exact": vs_exact,
             "worst_vs_exact": max(vs_exact.values(), default=float("nan"))}
 
 
-def print_summary(rows: list[dict], summary: dict, tuning: dict) -> None:
-    print("\n| seq | served by | autosched ms | ONNX Runtime ms | autosched / ORT | exact-tuned ms "
-          "| autosched / exact |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
+def print_summary(rows: list[dict], summaries: dict[str, dict], tuning: dict) -> None:
+    has_filled = "filled_s" in rows[0]
+    print("\n| seq | served by | autosched ms | " + ("filled: served by | filled ms | " if has_filled else "")
+          + "ONNX Runtime ms | autosched / ORT | " + ("filled / ORT | " if has_filled else "")
+          + "exact-tuned ms | autosched / exact |" + (" filled / exact |" if has_filled else ""))
+    print("|---:|---|---:|" + ("---|---:|" if has_filled else "") + "---:|---:|" + ("---:|" if has_filled else "")
+          + "---:|---:|" + ("---:|" if has_filled else ""))
     for r in rows:
-        exact = (f"{r['exact_s'] * 1e3:.3f} | {r['autosched_s'] / r['exact_s']:.2f}" if "exact_s" in r else "- | -")
-        print(f"| {r['seq']} | {r['route']} | {r['autosched_s'] * 1e3:.3f} | {r['onnxruntime_s'] * 1e3:.3f} | "
-              f"{r['autosched_s'] / r['onnxruntime_s']:.2f} | {exact} |")
-    print(f"\nautosched <= ONNX Runtime at {summary['at_most_ort']} of {summary['lengths']} lengths; geomean "
-          f"autosched / ORT {summary['geomean_vs_ort']:.2f}, worst {summary['worst_vs_ort']:.2f} (seq="
-          f"{summary['worst_vs_ort_seq']}); vs a model tuned for the exact length: worst "
-          f"{summary['worst_vs_exact']:.2f} ({', '.join(f'seq={k}: {v:.2f}' for k, v in summary['vs_exact'].items())})")
+        ort, exact = r["onnxruntime_s"], r.get("exact_s")
+        cells = [str(r["seq"]), r["route"], f"{r['autosched_s'] * 1e3:.3f}"]
+        if has_filled:
+            cells += [r["filled_route"], f"{r['filled_s'] * 1e3:.3f}"]
+        cells += [f"{ort * 1e3:.3f}", f"{r['autosched_s'] / ort:.2f}"]
+        if has_filled:
+            cells.append(f"{r['filled_s'] / ort:.2f}")
+        cells += [f"{exact * 1e3:.3f}", f"{r['autosched_s'] / exact:.2f}"] if exact else ["-", "-"]
+        if has_filled:
+            cells.append(f"{r['filled_s'] / exact:.2f}" if exact else "-")
+        print("| " + " | ".join(cells) + " |")
+    for name, summary in summaries.items():
+        if not summary:
+            continue
+        vs_exact = ", ".join(f"seq={k}: {v:.2f}" for k, v in summary["vs_exact"].items())
+        print(f"\n{name}: <= ONNX Runtime at {summary['at_most_ort']} of {summary['lengths']} lengths; geomean "
+              f"/ ORT {summary['geomean_vs_ort']:.2f}, worst {summary['worst_vs_ort']:.2f} (seq="
+              f"{summary['worst_vs_ort_seq']}); vs a model tuned for the exact length: worst "
+              f"{summary['worst_vs_exact']:.2f} ({vs_exact})")
     print("tuning (whole process, s): " + ", ".join(f"{k} {v[0]:.0f} ({v[1]} tasks)" for k, v in tuning.items()))
 
 

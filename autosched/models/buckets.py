@@ -77,6 +77,26 @@ def pick_buckets(low: int, high: int) -> tuple[int, ...]:
     return tuple(picked + [high])
 
 
+def fill_sizes(tuned: Sequence[int], max_padding: float) -> tuple[int, ...]:
+    """Sizes to compile besides the tuned buckets ``tuned`` (with their schedules refitted: ``compile_buckets``),
+    so that a size pads by at most ``max_padding`` (1.25: a quarter more) where the grid allows: 1, 2, 4, then
+    multiples of 8 (the tile sizes tuned schedules keep). From each bucket down, while the sizes just above the
+    bucket below would pad by more: the smallest grid size within the bound, else the next grid size down."""
+    if max_padding <= 1:
+        raise UserInputError(f"--max-padding {max_padding}: give a ratio above 1, e.g. 1.25")
+    grid = sorted({1, 2, 4} | set(range(8, max(tuned) + 1, 8)))
+    picked: set[int] = set()
+    low = 0
+    for high in sorted(tuned):
+        size = high
+        while size > (low + 1) * max_padding and (below := [g for g in grid if low < g < size]):
+            within = [g for g in below if g * max_padding >= size]
+            size = min(within) if within else max(below)
+            picked.add(size)
+        low = high
+    return tuple(sorted(picked - set(tuned)))
+
+
 def bucket_label(sizes: Sizes) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(sizes.items()))
 
@@ -186,7 +206,8 @@ def merge_bucket_tasks(per_bucket: Sequence[tuple[Sizes, list[Task]]]) -> list[T
 
 
 class UntunedSizeWarning(UserWarning):
-    """Inputs of a size no tuned bucket serves: an untuned build for that size runs them."""
+    """Inputs of a size no tuned bucket serves: a build for that size runs them (untuned, or with the schedules
+    of the nearest bucket refitted where the database has them)."""
 
 
 # --- serving --------------------------------------------------------------------------------------------------
@@ -200,8 +221,10 @@ class BucketedModel:
     sizes: dict[str, Sizes]  # bucket label -> its sizes
     pads: bool  # padding into a larger bucket was checked to give the exact outputs
     output_axes: list[dict[int, str]]  # per output: axis -> the symbol its size is
-    compile_exact: Callable[[Sizes], Any] | None  # an untuned build for sizes outside the buckets
+    compile_exact: Callable[[Sizes], Any] | None  # a build for sizes outside the buckets
     pad_check: str = ""  # what the padding check found, one line
+    filled: dict[str, str] = field(default_factory=dict)  # label of a size compiled with a bucket's schedules -> it
+    refits: bool = False  # compile_exact refits the schedules of the nearest tuned bucket (else: untuned)
     exact: dict[str, Any] = field(default_factory=dict)  # label -> CompiledModel built at first use
     _routes: dict[tuple, tuple[str | None, bool]] = field(default_factory=dict, repr=False)  # sizes -> (bucket, exact)
 
@@ -214,11 +237,19 @@ class BucketedModel:
         return min(larger, key=lambda b: np.prod(list(self.sizes[b].values()))) if larger else None
 
     def route(self, sizes: Sizes) -> str:
-        """How inputs of these sizes are served: 'bucket', 'padded to LABEL' or 'untuned build'."""
+        """How inputs of these sizes are served: 'bucket', 'filled from LABEL', 'padded to LABEL', or a build for
+        exactly these sizes ('untuned build' or 'exact build, schedules of LABEL')."""
         label = self.bucket_for(sizes)
         if label is not None and label == bucket_label(sizes):
-            return "bucket"
-        return f"padded to {label}" if label is not None and self.pads else "untuned build"
+            return f"filled from {self.filled[label]}" if label in self.filled else "bucket"
+        if label is not None and self.pads:
+            return f"padded to {label}"
+        return f"exact build, schedules of {self.donor_for(sizes)}" if self.refits else "untuned build"
+
+    def donor_for(self, sizes: Sizes) -> str:
+        """The tuned bucket whose schedules a build for ``sizes`` refits."""
+        tuned = {k: v for k, v in self.sizes.items() if k not in self.filled}
+        return bucket_label(_donor(tuned, sizes))
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
         sizes = self.symbolic.sizes_of(arrays, self.input_names)
@@ -269,9 +300,10 @@ class BucketedModel:
                                      "and this model cannot be rebuilt here: compile it with a larger bucket")
             why = ("beyond every bucket" if self.bucket_for(sizes) is None
                    else "between buckets, and padding changes this model's outputs")
-            warnings.warn(f"input sizes {label} are {why} ({'; '.join(self.compiled)}): running an untuned "
-                          "build for them, compiled once now; add a bucket to tune them", UntunedSizeWarning,
-                          stacklevel=3)
+            build = (f"a build for them with the schedules of {self.donor_for(sizes)} refitted" if self.refits
+                     else "an untuned build for them")
+            warnings.warn(f"input sizes {label} are {why} ({'; '.join(self.compiled)}): running {build}, compiled "
+                          "once now; add a bucket to tune them", UntunedSizeWarning, stacklevel=3)
             self.exact[label] = self.compile_exact(sizes)
         return self.exact[label]
 
@@ -305,27 +337,67 @@ def output_axes(outputs_by_bucket: Sequence[tuple[Sizes, Sequence[np.ndarray]]])
 
 def compile_buckets(symbolic: SymbolicInputs, models: list[tuple[Sizes, Model]], target: Target, db: Any,
                     reload: Callable[[Sizes], Model] | None, on_bucket: Callable[[str], None] | None = None,
-                    seed: int = 0, fused: Sequence[Any] | None = None) -> BucketedModel:
+                    seed: int = 0, fused: Sequence[Any] | None = None,
+                    max_padding: float | None = None) -> BucketedModel:
     """Compile every bucket with the database's schedules, then check once whether padding into a bucket
     gives the exact outputs (see the module docstring). ``reload(sizes)``: the model at other sizes (for the
     check and for sizes outside the buckets); without it those sizes are an error. ``fused``: each bucket's
-    model already through the graph rewrites."""
+    model already through the graph rewrites. ``max_padding`` (e.g. 1.25): also compile the sizes of
+    ``fill_sizes`` between the buckets, each with the schedules of the bucket it would pad into (tiles refitted:
+    ``TraceSearchSpace.transfer``), so that padding costs at most that much; one more build per size, and its
+    own copy of the weights in memory."""
     from autosched.models.build import compile_model, compile_unscheduled
+    from autosched.models.graph import rewrite
 
-    compiled, sizes_of, outputs = {}, {}, []
+    if max_padding is not None:
+        fill_sizes((1,), max_padding)  # a bad ratio is refused before anything is built
+    compiled, sizes_of, outputs, rewritten = {}, {}, [], {}
     for i, (sizes, model) in enumerate(models):
         label = bucket_label(sizes)
         if on_bucket is not None:
             on_bucket(label)
-        compiled[label] = compile_model(model, target, db, fused=fused[i] if fused is not None else None)
+        rewritten[label] = fused[i] if fused is not None else rewrite(model.mod, target)
+        compiled[label] = compile_model(model, target, db, fused=rewritten[label])
         sizes_of[label] = sizes
         outputs.append((sizes, compiled[label](*check_inputs(model.inputs, seed))))
     names = [s.name for s in models[0][1].inputs]
-    exact = (lambda sizes: compile_unscheduled(reload(sizes), target)) if reload is not None else None
+    untuned = (lambda sizes: compile_unscheduled(reload(sizes), target)) if reload is not None else None
+    tuned = dict(sizes_of)
+
+    def refitted(sizes: Sizes) -> Any:  # a size outside the buckets: the nearest bucket's schedules, refitted
+        return compile_model(reload(sizes), target, db, donor=rewritten[bucket_label(_donor(tuned, sizes))])
+
+    refits = db is not None and reload is not None
     axes = output_axes(outputs)
-    bucketed = BucketedModel(symbolic, names, compiled, sizes_of, False, axes or [], exact)
-    bucketed.pads, bucketed.pad_check = _check_padding(bucketed, models, axes, exact, seed)
+    bucketed = BucketedModel(symbolic, names, compiled, sizes_of, False, axes or [],
+                             refitted if refits else untuned, refits=refits)
+    bucketed.pads, bucketed.pad_check = _check_padding(bucketed, models, axes, untuned, seed)
+    if max_padding is not None and reload is not None and bucketed.pads:
+        for sizes in _filled(tuned, max_padding):
+            label, donor = bucket_label(sizes), bucket_label(_donor(tuned, sizes))
+            if on_bucket is not None:
+                on_bucket(f"{label} (schedules of {donor})")
+            model = reload(sizes)
+            compiled[label] = compile_model(model, target, db, donor=rewritten[donor])
+            sizes_of[label], bucketed.filled[label] = sizes, donor
     return bucketed
+
+
+def _filled(tuned: dict[str, Sizes], max_padding: float) -> list[Sizes]:
+    """Every combination of the symbols' tuned and ``fill_sizes`` sizes that is not a tuned bucket."""
+    symbols = sorted(next(iter(tuned.values())))
+    per_symbol = {s: sorted({t[s] for t in tuned.values()}) for s in symbols}
+    grids = {s: sorted(set(v) | set(fill_sizes(v, max_padding))) for s, v in per_symbol.items()}
+    combos = [dict(zip(symbols, c, strict=True)) for c in itertools.product(*(grids[s] for s in symbols))]
+    return [c for c in combos if bucket_label(c) not in tuned]
+
+
+def _donor(tuned: dict[str, Sizes], sizes: Sizes) -> Sizes:
+    """The tuned bucket ``sizes`` would pad into (else the largest): its schedules fit these sizes best."""
+    larger = [t for t in tuned.values() if all(t[k] >= v for k, v in sizes.items())]
+    pool = larger or list(tuned.values())
+    return min(pool, key=lambda t: np.prod(list(t.values()))) if larger else max(
+        pool, key=lambda t: np.prod(list(t.values())))
 
 
 def _check_padding(bucketed: BucketedModel, models: list[tuple[Sizes, Model]], axes: list | None,
@@ -344,7 +416,8 @@ def _check_padding(bucketed: BucketedModel, models: list[tuple[Sizes, Model]], a
         return True, "nothing to pad: every bucket is size 1"
     label = bucket_label(sizes)
     reference = exact(probe)
-    bucketed.exact[bucket_label(probe)] = reference
+    if not bucketed.refits:  # else a size served exactly gets the bucket's schedules, not this untuned build
+        bucketed.exact[bucket_label(probe)] = reference
     inputs = []
     for spec, x in zip(model.inputs, check_inputs(model.inputs, seed), strict=True):
         ax = bucketed.symbolic.axes.get(spec.name, {})
@@ -383,6 +456,7 @@ def export_buckets(bucketed: BucketedModel, path: Path, onnx_bytes: bytes | None
             "declared": {k: [list(d), t] for k, (d, t) in bucketed.symbolic.declared.items()},
             "fixed": {k: list(v) for k, v in bucketed.symbolic.fixed.items()},
             "inputs": bucketed.input_names, "pads": bucketed.pads, "pad_check": bucketed.pad_check,
+            "filled": bucketed.filled,
             "output_axes": [{str(i): s for i, s in axes.items()} for axes in bucketed.output_axes],
             "target": next(iter(bucketed.compiled.values())).target}
     Path(str(path) + ".json").write_text(json.dumps(meta, indent=1))
@@ -407,5 +481,5 @@ def load_buckets_library(path: Path, meta: dict[str, Any]) -> BucketedModel:
 
     return BucketedModel(symbolic, meta["inputs"], compiled, {k: b["sizes"] for k, b in meta["buckets"].items()},
                          meta["pads"], [{int(i): s for i, s in axes.items()} for axes in meta["output_axes"]],
-                         exact, meta.get("pad_check", ""))
+                         exact, meta.get("pad_check", ""), meta.get("filled", {}))
 

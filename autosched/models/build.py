@@ -9,6 +9,7 @@ bound), TVM's dlight rules schedule those.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import numpy as np
 from autosched._tvm import IRModule, Target, relax, set_num_threads, tirx, tvm
 from autosched.apply import schedule_from_record, untuned
 from autosched.db import Database
-from autosched.errors import GraphError, UserInputError
+from autosched.errors import GraphError, InvalidConfig, UserInputError
 from autosched.models.frontends import InputSpec, Model
 from autosched.models.graph import (
     FINISH_PASSES,
@@ -40,6 +41,7 @@ from autosched.targets import device_of, other_thread_counts
 from autosched.tasks import target_json, task_key
 
 TUNED, DEFAULT, UNSCHEDULED = "tuned", "default", "unscheduled"
+TRANSFERRED = "transferred"  # the best record of the same group at another size, refitted (shape buckets)
 DLIGHT = "dlight"  # a GPU kernel scheduled by TVM's dlight rules (no record, no legal default schedule)
 
 
@@ -53,14 +55,17 @@ def default_schedule(mod: IRModule, target: Target) -> Any | None:
 
 
 def apply_database(fused: IRModule, target: Target, db: Database | None, default: bool = True,
-                   on_group: Callable[[int, int], None] | None = None
+                   on_group: Callable[[int, int], None] | None = None, donors: dict[str, IRModule] | None = None
                    ) -> tuple[IRModule, dict[str, str], dict[str, int], Counter]:
     """Replace every fusion group by its best stored schedule (else a default one).
 
     A group with no record for this target but records for the same CPU at another thread count gets the best
     of those, from the nearest tuned thread count (a schedule is valid at any thread count; its parallel
-    split was only tuned for another). Records measured with another TVM release, and those of tasks tuned
-    for another target, are never applied. Returns (module, group -> tuned | default | unscheduled,
+    split was only tuned for another). A group with no record at all but a donor (``donors``: group name -> the
+    same group at the sizes of a tuned shape bucket) gets the donor's best schedule with its tiles refitted to
+    this group's sizes (``TraceSearchSpace.transfer``), where that is legal. Records measured with another TVM
+    release, and those of tasks tuned for another target, are never applied. Returns (module, group -> tuned |
+    transferred | default | unscheduled,
     group -> thread count of a record borrowed that way, why records were skipped -> how many).
     ``on_group(done, total)`` after each group (progress of a big model)."""
     out = IRModule(fused.functions, attrs=fused.attrs) if fused.attrs else IRModule(fused.functions)
@@ -75,9 +80,14 @@ def apply_database(fused: IRModule, target: Target, db: Database | None, default
             on_group(done, len(groups))
         mod = group_module(group.func)
         best, threads = _best_of_alternatives(db, mod, alternatives, space_version, skipped)
-        sch = schedule_from_record(mod, best) if best is not None else (
-            default_schedule(mod, target) if default else None)
-        sources[group.name] = TUNED if best is not None else (DEFAULT if sch is not None else UNSCHEDULED)
+        sch = schedule_from_record(mod, best) if best is not None else None
+        sources[group.name] = TUNED
+        if sch is None and donors is not None and group.name in donors:
+            sch = _transferred(mod, donors[group.name], target, db, alternatives, space_version)
+            sources[group.name] = TRANSFERRED
+        if sch is None:
+            sch = default_schedule(mod, target) if default else None
+            sources[group.name] = DEFAULT if sch is not None else UNSCHEDULED
         if best is not None and threads is not None:
             borrowed[group.name] = threads
         if sch is not None:
@@ -86,6 +96,40 @@ def apply_database(fused: IRModule, target: Target, db: Database | None, default
 
 
 OTHER_TARGET, OTHER_TVM = "tuned for another target", "measured with another TVM release"
+
+
+def same_groups(groups: list[Any], others: list[Any]) -> dict[str, IRModule]:
+    """Each group -> the module of the group of ``others`` in the same place in the graph (the same model at
+    other sizes): the k-th group whose name is the same but for its numbers (which differ between sizes:
+    ``matmul1`` here is ``matmul2`` there), in order of first call, pairs with the k-th such group there."""
+    def places(gs: list[Any]) -> list[tuple[str, int]]:
+        seen: Counter = Counter()
+        out = []
+        for g in gs:
+            stem = re.sub(r"\d+", "", g.name)
+            out.append((stem, seen[stem]))
+            seen[stem] += 1
+        return out
+
+    theirs = {place: g for place, g in zip(places(others), others, strict=True)}
+    return {g.name: group_module(theirs[place].func)
+            for place, g in zip(places(groups), groups, strict=True) if place in theirs}
+
+
+def _transferred(mod: IRModule, donor: IRModule, target: Target, db: Database | None,
+                 alternatives: list[tuple[Target, int | None]], space_version: int) -> Any | None:
+    """``mod`` scheduled like the best record of ``donor`` (the same group at other sizes): its untuned build
+    where that won there, as the bucket has it; None if there is no record or it does not carry over."""
+    best, _ = _best_of_alternatives(db, donor, alternatives, space_version, Counter())
+    if best is None or best.space_version != space_version:
+        return None
+    if best.trace_json is None:
+        return schedule_from_record(mod, best)
+    try:
+        trace = schedule_from_record(donor, best).trace
+        return TraceSearchSpace(mod, target, settings_for(target)).transfer(trace)
+    except (InvalidConfig, RuntimeError, ValueError):  # TVM's ScheduleError is a RuntimeError
+        return None
 
 
 def is_gpu(target: Target) -> bool:
@@ -221,15 +265,19 @@ class CompiledModel:
 
 
 def compile_model(model: Model, target: Target, db: Database | None = None, default_schedules: bool = True,
-                  fused: IRModule | None = None, on_progress: Callable[[str], None] | None = None) -> CompiledModel:
+                  fused: IRModule | None = None, on_progress: Callable[[str], None] | None = None,
+                  donor: IRModule | None = None) -> CompiledModel:
     """Graph rewrites, the database's best schedules (default ones for the rest; on a GPU dlight's where there
     is neither), then TVM's build. ``fused``: the model already through ``rewrite`` for this target (saves doing
-    it again).
+    it again). ``donor``: the same model at other sizes, through ``rewrite``: its groups' records are refitted
+    to the groups here that have none (``apply_database``).
     ``on_progress(detail)``: how far it is, for a progress display."""
     fused = fused if fused is not None else rewrite(model.mod, target)
     say = on_progress or (lambda detail: None)
+    donors = same_groups(fusion_groups(fused), fusion_groups(donor)) if donor is not None else None
     scheduled, sources, borrowed, skipped = apply_database(
-        fused, target, db, default_schedules, lambda done, total: say(f"schedules of {done}/{total} fusion groups"))
+        fused, target, db, default_schedules, lambda done, total: say(f"schedules of {done}/{total} fusion groups"),
+        donors)
     say("TVM's build")
     final = run_passes(scheduled, target, FINISH_PASSES, model_name=model.name)
     if is_gpu(target):  # after the finish passes: any kernel they add is scheduled too

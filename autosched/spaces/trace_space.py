@@ -56,6 +56,27 @@ def decode_tile(extent: int, n_levels: int, max_innermost: int, indices: list[in
     return (left, *reversed(factors))
 
 
+def refit_tile(factors: list[int], extent: int) -> tuple[int, ...]:
+    """A perfect tiling of ``extent`` close to ``factors`` (a tiling of another extent): from the innermost level
+    out, each level keeps the largest divisor of what is left no larger than its old factor (register and
+    vector tiles survive where they divide), and the outermost level takes the rest."""
+    left, inner = extent, []
+    for factor in reversed(factors[1:]):
+        kept = max(d for d in divisors(left) if d <= max(int(factor), 1))
+        inner.append(kept)
+        left //= kept
+    return (left, *reversed(inner))
+
+
+def _same_design(design: Trace, trace: Trace) -> bool:
+    """``trace`` starts with ``design``'s instructions (same kinds and attributes) and samples nothing after."""
+    n = len(design.insts)
+    if len(trace.insts) < n or any(i.kind.name in SAMPLE_KINDS for i in trace.insts[n:]):
+        return False
+    return all(a.kind.name == b.kind.name and str(a.attrs) == str(b.attrs)
+               for a, b in zip(design.insts, trace.insts[:n], strict=True))
+
+
 def most_fused(designs: list[Trace]) -> list[Trace]:
     """The designs with the most epilogues fused: a consumer block moved into its producer's loop nest
     (``ReverseComputeAt`` of a block that is not the producer's own write cache), so the bias, activation and
@@ -196,6 +217,33 @@ class TraceSearchSpace(SearchSpace):
     def apply(self, params: dict[str, Any]) -> Schedule:
         trace, decisions = self.decisions(params)
         self._check(trace, decisions)
+        return self._schedule(trace, decisions)
+
+    def transfer(self, trace: Trace) -> Schedule:
+        """This function's schedule after the trace of a schedule of the same function at other sizes (a
+        record of another shape bucket): the same design and decisions, every tiling refitted to this
+        function's extents (``refit_tile``), then the postprocessors, which redo the parallel, vector and unroll
+        splits for these extents. InvalidConfig where no design has the trace's structure or it is illegal here."""
+        donor = [trace.decisions[i] for i in trace.insts if i.kind.name in SAMPLE_KINDS]
+        for design in self.designs:
+            samples = [i for i in design.insts if i.kind.name in SAMPLE_KINDS]
+            if len(samples) != len(donor) or not _same_design(design, trace):
+                continue
+            decisions: dict[Any, Any] = {}
+            for inst, old in zip(samples, donor, strict=True):
+                if inst.kind.name == "SamplePerfectTile":
+                    extent = 1
+                    for f in design.decisions[inst]:
+                        extent *= int(f)
+                    decisions[inst] = refit_tile([int(f) for f in old], extent)
+                else:
+                    decisions[inst] = int(old)
+            self._check(design, decisions)
+            return self._schedule(design, decisions)
+        raise InvalidConfig("no design of this function has the structure of the trace to transfer")
+
+    def _schedule(self, trace: Trace, decisions: dict[Any, Any]) -> Schedule:
+        """``trace`` replayed with ``decisions`` (sampling instruction -> decision), then postprocessed."""
         for inst, decision in decisions.items():
             trace = trace.with_decision(inst, decision, remove_postproc=True)
         sch = Schedule(self.mod, error_render_level="none")

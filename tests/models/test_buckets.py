@@ -1,6 +1,7 @@
 """Models with symbolic dimensions: buckets parsed and picked, tasks merged across buckets, inputs of any
-size served (exact bucket, padded into a larger one where that is exact, an untuned build otherwise), checked
-against ONNX Runtime; the CLI tunes, compiles and reloads them; bad input is one line."""
+size served (exact bucket, a filled size with a bucket's schedules refitted, padded into a larger one where that
+is exact, an exact build otherwise), checked against ONNX Runtime; the CLI tunes, compiles and reloads them;
+bad input is one line."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from autosched.errors import UserInputError
 from autosched.models.buckets import (
     UntunedSizeWarning,
     check_inputs,
+    fill_sizes,
     merge_bucket_tasks,
     output_axes,
     parse_shape_buckets,
@@ -148,6 +150,52 @@ def test_attention_over_every_position_does_not_pad(onnx_file):
         _check(model, session, [6])
 
 
+def test_fill_sizes_bound_the_padding_on_a_grid_of_tile_friendly_sizes():
+    assert fill_sizes((16, 32, 64, 128, 256), 1.25) == (1, 2, 4, 8, 24, 40, 48, 56, 72, 88, 104, 136, 168, 208)
+    assert fill_sizes((16, 32, 64, 128, 256), 2) == (2, 4, 8)  # 17..32 pad into 32 by less than 2x already
+    assert fill_sizes((4, 8), 1.25) == (1, 2)
+    with pytest.raises(UserInputError, match="above 1"):
+        fill_sizes((4, 8), 1.0)
+
+
+def _tuned(path, tmp_path, buckets) -> str:
+    from autosched.api import tune_model
+    from autosched.config import TuneConfig
+
+    db = str(tmp_path / "tuned.db")
+    tune_model(path, "llvm", db, TuneConfig(n_trials=4, n_threads=1), shape_buckets=buckets)
+    return db
+
+
+@pytest.mark.slow
+def test_sizes_between_buckets_are_filled_with_the_buckets_schedules_refitted(onnx_file, tmp_path):
+    proto = attention(causal=True)
+    path = onnx_file(proto, "causal.onnx")
+    db = _tuned(path, tmp_path, {"seq": (4, 8)})
+    model = compile_model_api(path, "llvm", db, n_threads=1, shape_buckets={"seq": (4, 8)}, max_padding=1.25)
+    assert model.filled == {"seq=1": "seq=4", "seq=2": "seq=4"}
+    assert [model.route({"seq": n}) for n in (1, 2, 3, 4, 5)] == [
+        "filled from seq=4", "filled from seq=4", "padded to seq=4", "bucket", "padded to seq=8"]
+    donor, counts = model.compiled["seq=4"].counts(), model.compiled["seq=2"].counts()
+    assert donor["tuned"] > 0 and counts["transferred"] + counts["tuned"] == donor["tuned"]  # every one carries over
+    assert counts["transferred"] > 0
+    _check(model, _ort(proto), [1, 2, 3, 4, 5, 8])
+
+
+@pytest.mark.slow
+def test_a_size_padding_would_change_gets_an_exact_build_with_refitted_schedules(onnx_file, tmp_path):
+    proto = attention(causal=False)
+    path = onnx_file(proto, "full.onnx")
+    db = _tuned(path, tmp_path, {"seq": (4, 8)})
+    model = compile_model_api(path, "llvm", db, n_threads=1, shape_buckets={"seq": (4, 8)}, max_padding=1.25)
+    assert not model.pads and not model.filled  # no padding: nothing to fill
+    assert model.route({"seq": 6}) == "exact build, schedules of seq=8"
+    with pytest.warns(UntunedSizeWarning, match="with the schedules of seq=8 refitted"):
+        _check(model, _ort(proto), [6])
+    donor, counts = model.compiled["seq=8"].counts(), model.exact["seq=6"].counts()
+    assert counts["transferred"] > 0 and counts["transferred"] + counts["tuned"] == donor["tuned"]
+
+
 def test_inputs_disagreeing_on_a_symbol_are_one_line_errors(onnx_file):
     model = compile_model_api(onnx_file(mlp(batch="N"), "mlp.onnx"), "llvm", n_threads=1, shape_buckets={"N": (2,)})
     with pytest.raises(UserInputError, match="rank 2"):
@@ -183,3 +231,17 @@ def test_cli_refuses_buckets_without_a_model(tmp_path, capsys):
                  "--db", str(tmp_path / "x.db")]) == 2
     assert "--shape-buckets goes with a MODEL" in capsys.readouterr().err
     assert not (tmp_path / "x.db").exists()
+
+
+def test_cli_refuses_max_padding_without_buckets_or_at_most_one(onnx_file, tmp_path, capsys):
+    path = onnx_file(attention(causal=True), "causal.onnx")
+    db = tmp_path / "x.db"
+    assert main(["tune", str(path), "--shape-buckets", "seq=4", "--trials", "1", "--threads", "1", "--db", str(db),
+                 "--quiet"]) == 0
+    assert main(["compile", str(path), "--input", "x:1x4x8", "--max-padding", "1.25", "--threads", "1",
+                 "--db", str(db), "-o", str(tmp_path / "m.so")]) == 2
+    assert "--max-padding goes with --shape-buckets" in capsys.readouterr().err
+    assert main(["compile", str(path), "--shape-buckets", "seq=4", "--max-padding", "1", "--threads", "1",
+                 "--db", str(db), "-o", str(tmp_path / "m.so")]) == 2
+    assert "give a ratio above 1" in capsys.readouterr().err
+    assert not (tmp_path / "m.so").exists()

@@ -19,6 +19,7 @@ from autosched.models.build import (
     TUNED,
     _best_schedule_record,
     compile_model,
+    same_groups,
     compile_unscheduled,
     load_compiled,
 )
@@ -241,3 +242,21 @@ def test_the_serving_call_refuses_a_wrong_out(cpu_target):
         compiled(x, out=[])
     with pytest.raises(UserInputError, match=r"out\[0\] must have shape"):
         compiled(x, out=[np.empty((1,), "float32")])
+
+
+def test_groups_pair_with_the_same_groups_of_the_model_at_other_sizes():
+    """Group names carry numbers that differ between sizes (``matmul1`` at seq=4 is ``matmul2`` at seq=8): the
+    k-th group named the same but for its numbers pairs with the k-th there."""
+    from types import SimpleNamespace
+
+    from autosched._tvm import te
+
+    x = te.placeholder((4,), name="x")
+    func = te.create_prim_func([x, te.compute((4,), lambda i: x[i] + 1.0)])
+    here = [SimpleNamespace(name=n, func=func) for n in ("matmul1", "softmax1", "matmul21", "fused_add3_relu")]
+    there = [SimpleNamespace(name=n, func=func.with_attr("tag", n))
+             for n in ("matmul2", "softmax1", "matmul11", "take1")]
+    paired = same_groups(here, there)
+    assert sorted(paired) == ["matmul1", "matmul21", "softmax1"]  # fused_add3_relu has no counterpart there
+    assert [str(paired[n]["main"].attrs["tag"]) for n in ("matmul1", "matmul21", "softmax1")] == [
+        "matmul2", "matmul11", "softmax1"]

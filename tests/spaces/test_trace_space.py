@@ -12,7 +12,8 @@ from autosched._tvm import structural_equal, tvm
 from autosched.errors import InvalidConfig, UserInputError
 from autosched.paths import data_dir
 from autosched.spaces.settings import load_settings, settings_for
-from autosched.spaces.trace_space import TraceSearchSpace, decode_tile, divisors
+from autosched.spaces.trace_space import TraceSearchSpace, decode_tile, divisors, refit_tile
+from autosched.tasks import op_task
 
 
 @pytest.mark.parametrize("extent,levels,max_inner", [(512, 4, 64), (56, 4, 64), (3, 2, 64), (768, 2, 16)])
@@ -27,6 +28,51 @@ def test_decode_tile_is_always_a_legal_tiling(extent, levels, max_inner):
 def test_decode_tile_is_monotone_in_the_innermost_knob():
     inner = [decode_tile(512, 4, 64, [0, 0, i])[-1] for i in range(10)]
     assert inner == sorted(inner) and inner[0] == 1 and inner[-1] == 64
+
+
+def test_refit_tile_keeps_the_inner_factors_that_divide_and_gives_the_rest_to_the_outermost():
+    assert refit_tile([2, 1, 4, 8], 48) == (2, 1, 3, 8)  # 8 divides 48; 4 does not divide 6: 3
+    assert refit_tile([1, 4, 16], 24) == (1, 2, 12)
+    assert refit_tile([64, 1], 40) == (40, 1)
+    assert refit_tile([8, 8], 1) == (1, 1)
+    for extent in (1, 7, 24, 40, 56, 208):
+        assert math.prod(refit_tile([2, 1, 4, 8], extent)) == extent
+
+
+def test_a_schedule_transfers_to_the_same_function_at_other_sizes(cpu_target):
+    """Schedules of a 64-row matmul, refitted to 40 rows: same design, legal tiles, correct results."""
+    import random
+
+    import numpy as np
+
+    settings = settings_for(cpu_target)
+    space64 = TraceSearchSpace(op_task("matmul", (64, 32, 48), cpu_target, settings.version).mod, cpu_target,
+                               settings)
+    space40 = TraceSearchSpace(op_task("matmul", (40, 32, 48), cpu_target, settings.version).mod, cpu_target,
+                               settings)
+    rng, done = random.Random(0), 0
+    while done < 3:
+        design = rng.randrange(len(space64.designs))
+        params = {"design": design} | {k: rng.randint(d.low, d.high) for k, d in space64.knobs(design).items()}
+        try:
+            donor = space64.apply(params)
+        except InvalidConfig:
+            continue
+        sch = space40.transfer(donor.trace)
+        tiles = [[int(f) for f in sch.trace.decisions[i]] for i in sch.trace.insts
+                 if i.kind.name == "SamplePerfectTile"]
+        old = [[int(f) for f in donor.trace.decisions[i]] for i in donor.trace.insts
+               if i.kind.name == "SamplePerfectTile"]
+        assert len(tiles) == len(old) and math.prod(tiles[0]) == 40  # the rows: refitted; the rest as tuned
+        assert tiles[1:] == old[1:] and tiles[0][-1] <= old[0][-1]
+        a, b = (np.random.default_rng(done).standard_normal(s).astype("float32") for s in ((40, 48), (48, 32)))
+        out = tvm.runtime.tensor(np.zeros((40, 32), "float32"))  # matmul (M, N, K) = (40, 32, 48)
+        tvm.compile(sch.mod, target=cpu_target)["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(b), out)
+        np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+        done += 1
+    other = TraceSearchSpace(op_task("softmax", (8, 64), cpu_target, settings.version).mod, cpu_target, settings)
+    with pytest.raises(InvalidConfig, match="no design"):
+        other.transfer(space64.apply(space64.default_params(0)).trace)
 
 
 def test_matmul_space_has_ordinal_knobs_per_design(matmul_space):
