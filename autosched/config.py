@@ -37,6 +37,9 @@ class TuneConfig:
     flush_cache: bool = False  # CPU: before each timed run, flush every argument but the first (the weights, the
     # outputs) from the caches, so a kernel is timed as inside a model whose weights do not stay cached; each
     # repeat is then one run
+    relatives: int = 0  # models: at a task's first search round, queue the best schedules of up to this many
+    # tasks of the model with a design in common at other sizes (convolutions of other channel counts), refitted
+    # (TraceSearchSpace.transfer_params); 0 = off
     cutoff_ratio: float = 3.0  # a candidate whose first run is this much slower than the best is timed once
     cost_model: str = "xgb"  # one of COST_MODELS: screens the sampler's proposals before measuring
     transfer: bool = True  # start from the shipped cross-task model (cost_models/<target kind>) if one fits

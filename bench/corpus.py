@@ -124,7 +124,7 @@ def _tune(args, name: str, tasks, target, db_path: Path, row: dict) -> object | 
     db = open_database(str(db_path))
     start = time.perf_counter()
     config = TuneConfig(n_trials=trials, n_threads=args.threads, seed=args.seed, time_budget_s=seconds,
-                        flush_cache=args.flush_cache)
+                        flush_cache=args.flush_cache, relatives=args.relatives)
     with TuningSession(config, tasks[0].target_json) as session:
         result = tune_model_tasks(session, tasks, db, trials, deadline=Deadline.after(seconds))
     row["tune_s"] = time.perf_counter() - start
@@ -255,9 +255,14 @@ def main() -> None:
                    "tuning database is copied from it and tuned further (its rows say so; not a from-scratch figure)")
     p.add_argument("--flush-cache", action="store_true", help="tune with TuneConfig.flush_cache (weights and "
                    "outputs flushed from the caches before each timed run)")
+    p.add_argument("--relatives", type=int, default=0, help="tune with TuneConfig.relatives: each task's first round "
+                   "starts from the refitted best schedules of up to this many tasks like it (a variant: keep its "
+                   "rows out of --rows-dir)")
     args = p.parse_args()
     if args.start_from and args.rows_dir:
         p.error("--start-from rows are not from-scratch rows: keep them out of --rows-dir")
+    if args.relatives and args.rows_dir:
+        p.error("--relatives rows are a variant of the default configuration: keep them out of --rows-dir")
     if args.repeat < 5:
         p.error("--repeat must be at least 5")
     fair_environment(args.threads)
@@ -292,7 +297,8 @@ def main() -> None:
                 shutil.copy(Path(args.start_from).expanduser() / f"{name}.db", work / f"{name}.db")
             rows.append({**bench_model(name, args, work), "commit": commit, "cpu": meta["machine"]["cpu"],
                          "time_per_model_s": args.time, "measured_at": time.strftime("%Y-%m-%d %H:%M"),
-                         "started_from": args.start_from or None, "flush_cache": args.flush_cache})
+                         "started_from": args.start_from or None, "flush_cache": args.flush_cache,
+                         "relatives": args.relatives})
             done.write_text(json.dumps(rows[-1], default=str))
             r = rows[-1]
             print(f"[{name}] " + (f"autosched {r['autosched_s'] * 1e3:.3f} ms, ONNX Runtime "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from typing import Any
 
 from autosched._tvm import as_python, save_json
 from autosched.db import Database, Leases, TaskRow
-from autosched.errors import ReferenceBuildError, UserInputError
+from autosched.errors import InvalidConfig, ReferenceBuildError, UserInputError
 from autosched.models.scheduler import INF, TaskScheduler, TaskState, mark_cheap
 from autosched.records import Candidate, Status, TuningRecord, schedule_key
 from autosched.spaces.settings import settings_for
@@ -257,6 +258,38 @@ def start_from_other_thread_counts(task: Task, strategy, db: Database, k: int = 
     return 0
 
 
+def start_from_relatives(task: Task, strategy, strategies: dict, tasks: dict[str, Task], db: Database,
+                         k: int) -> int:
+    """Tasks of the model whose spaces share a design with this one at other sizes (convolutions of other
+    channel counts, a matmul of other widths), among those searched so far: the best schedules of the ``k``
+    nearest in FLOPs, refitted to this task (``TraceSearchSpace.transfer_params``), are queued as this search's
+    first candidates. Returns how many were queued."""
+    from autosched.apply import schedule_from_record
+
+    def signatures(strategy: Any) -> frozenset[str]:  # none for a search without a trace space (a test's fake)
+        return getattr(getattr(strategy, "space", None), "design_signatures", frozenset())
+
+    mine = signatures(strategy)
+    if k <= 0 or not mine:
+        return 0
+    near = sorted((key for key, other in strategies.items() if key != task.key and mine & signatures(other)),
+                  key=lambda key: abs(math.log(max(tasks[key].flops, 1.0) / max(task.flops, 1.0))))
+    queued = 0
+    for key in near:
+        best = db.best(key, tasks[key].target_json)
+        if best is None or best.trace_json is None:  # nothing measured yet, or its untuned build won
+            continue
+        try:
+            params = strategy.space.transfer_params(schedule_from_record(tasks[key].mod, best).trace)
+        except (InvalidConfig, RuntimeError, ValueError):  # TVM's ScheduleError is a RuntimeError
+            continue
+        strategy.propose(params)
+        queued += 1
+        if queued == k:
+            break
+    return queued
+
+
 @dataclass
 class _Rounds:
     """What every search round needs: the session's builder and runner, the database, the deadline, the
@@ -279,6 +312,10 @@ class _Rounds:
             self.strategies[task.key] = self.session.strategy(task, self.db)
             if n := start_from_other_thread_counts(task, self.strategies[task.key], self.db):  # measured: no-op
                 log.info("%s: proposes the %d best schedules tuned at another thread count", task.name, n)
+            tasks = {s.task.key: s.task for s in self.scheduler.states}
+            if n := start_from_relatives(task, self.strategies[task.key], self.strategies, tasks, self.db,
+                                         self.session.config.relatives):
+                log.info("%s: proposes the refitted best schedules of %d tasks like it", task.name, n)
         share_sibling_bests(task, self.strategies, {s.task.key: s.task for s in self.scheduler.states}, self.db)
         want = state.n_trials + self.scheduler.round_size(state, self.deadline.left_s())
 

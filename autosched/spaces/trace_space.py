@@ -9,6 +9,7 @@ reject illegal candidates before anything is built.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 from dataclasses import dataclass
@@ -164,6 +165,13 @@ class TraceSearchSpace(SearchSpace):
                 last = int(sch.trace.decisions[applied])
         return max(last, int(trace.decisions[inst]), 0)
 
+    @functools.cached_property
+    def design_signatures(self) -> frozenset[str]:
+        """Each design's structure without its sizes (its instructions' kinds and attributes, decisions left out):
+        a space that shares one with this space can take this space's schedules, refitted (``transfer_params``)."""
+        return frozenset(hashlib.sha1(repr([(i.kind.name, str(i.attrs)) for i in d.insts]).encode()).hexdigest()
+                         for d in self.designs)
+
     def knobs(self, design: int | None = None) -> dict[str, BaseDistribution]:
         if design is not None:
             return {k.name: k.distribution for k in self._knobs[design]}
@@ -220,26 +228,29 @@ class TraceSearchSpace(SearchSpace):
         return self._schedule(trace, decisions)
 
     def transfer(self, trace: Trace) -> Schedule:
-        """This function's schedule after the trace of a schedule of the same function at other sizes (a
-        record of another shape bucket): the same design and decisions, every tiling refitted to this
-        function's extents (``refit_tile``), then the postprocessors, which redo the parallel, vector and unroll
-        splits for these extents. InvalidConfig where no design has the trace's structure or it is illegal here."""
+        """This function's schedule after the trace of a schedule of a function with the same structure at other
+        sizes (a record of another shape bucket, or a task like this one): ``apply(transfer_params(trace))``."""
+        return self.apply(self.transfer_params(trace))
+
+    def transfer_params(self, trace: Trace) -> dict[str, Any]:
+        """Knob values that give this function the trace's design and decisions, every tiling refitted to this
+        function's extents (``refit_tile``); the postprocessors, when applied, redo the parallel, vector and
+        unroll splits for these extents. InvalidConfig where no design has the trace's structure."""
         donor = [trace.decisions[i] for i in trace.insts if i.kind.name in SAMPLE_KINDS]
-        for design in self.designs:
-            samples = [i for i in design.insts if i.kind.name in SAMPLE_KINDS]
-            if len(samples) != len(donor) or not _same_design(design, trace):
+        for design, knobs in enumerate(self._knobs):
+            samples = [i for i in self.designs[design].insts if i.kind.name in SAMPLE_KINDS]
+            if len(samples) != len(donor) or not _same_design(self.designs[design], trace):
                 continue
-            decisions: dict[Any, Any] = {}
-            for inst, old in zip(samples, donor, strict=True):
-                if inst.kind.name == "SamplePerfectTile":
-                    extent = 1
-                    for f in design.decisions[inst]:
-                        extent *= int(f)
-                    decisions[inst] = refit_tile([int(f) for f in old], extent)
+            old = {inst: decision for inst, decision in zip(samples, donor, strict=True)}
+            params: dict[str, Any] = {"design": design}
+            for k in knobs:
+                if k.kind == "SamplePerfectTile":
+                    level = int(k.name.rsplit("tile", 1)[1])
+                    factor = refit_tile([int(f) for f in old[k.inst]], k.extent)[level]
+                    params[k.name] = divisors(k.extent).index(factor)
                 else:
-                    decisions[inst] = int(old)
-            self._check(design, decisions)
-            return self._schedule(design, decisions)
+                    params[k.name] = int(old[k.inst])
+            return params
         raise InvalidConfig("no design of this function has the structure of the trace to transfer")
 
     def _schedule(self, trace: Trace, decisions: dict[Any, Any]) -> Schedule:

@@ -19,9 +19,9 @@ from autosched.models.build import (
     TUNED,
     _best_schedule_record,
     compile_model,
-    same_groups,
     compile_unscheduled,
     load_compiled,
+    same_groups,
 )
 from autosched.models.frontends import load_model
 from autosched.models.graph import extract_tasks, rewrite

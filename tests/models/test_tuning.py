@@ -218,3 +218,47 @@ def test_a_task_tuned_at_another_thread_count_starts_from_its_best_schedules():
     assert start_from_other_thread_counts(at_one, search, db, k=3) == 3
     best_first = [tuned[i].params for i in (3, 1, 5)]
     assert [c.params for c in search.ask(3)] == [search.fitted(p) for p in best_first]
+
+
+def test_a_task_starts_from_the_refitted_best_schedules_of_tasks_like_it():
+    """A matmul of 40 rows searched after matmuls of 64 and 512 rows (same designs, other sizes): the best
+    schedule of the nearest in FLOPs (64 rows), refitted, is its first candidate; a softmax (no design in common)
+    and a budget of 0 queue nothing."""
+    import math
+
+    import optuna
+
+    from autosched.apply import schedule_from_record
+    from autosched.db import TaskRow
+    from autosched.models.tuning import start_from_relatives
+    from autosched.search.optuna_strategy import OptunaStrategy
+    from autosched.spaces.trace_space import TraceSearchSpace
+    from autosched.tasks import make_target
+    from autosched.tune import to_record
+
+    def strategy(task, seed):
+        space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=seed)
+        return OptunaStrategy(space, task.key, optuna.storages.InMemoryStorage(), "random", seed)
+
+    target = make_target("llvm", 1)
+    version = settings_for(target).version
+    m64, m512, m40 = (op_task("matmul", (m, 32, 48), target, version) for m in (64, 512, 40))
+    softmax = op_task("softmax", (8, 64), target, version)
+    tasks = {t.key: t for t in (m64, m512, m40, softmax)}
+    db, searched = MemoryDatabase(), {}
+    for task, seed in ((m64, 0), (m512, 1)):
+        searched[task.key] = strategy(task, seed)
+        db.commit_task(TaskRow(task.key, task.name, task.target_json, version, "{}", task.flops, {}))
+        cands = searched[task.key].ask(4)
+        db.commit([to_record(task, c, MeasureResult(Status.OK, [s]))
+                   for c, s in zip(cands, (4e-3, 1e-3, 3e-3, 2e-3), strict=True)])
+    search = strategy(m40, 2)
+    assert start_from_relatives(m40, search, searched, tasks, db, k=0) == 0
+    assert start_from_relatives(softmax, strategy(softmax, 3), searched, tasks, db, k=2) == 0
+    assert start_from_relatives(m40, search, searched, tasks, db, k=1) == 1
+    donor = schedule_from_record(m64.mod, db.best(m64.key, m64.target_json)).trace
+    (first,) = search.ask(1)
+    assert first.params == search.space.transfer_params(donor)
+    sch = search.space.apply(first.params)
+    rows = next(sch.trace.decisions[i] for i in sch.trace.insts if i.kind.name == "SamplePerfectTile")
+    assert math.prod(int(f) for f in rows) == 40  # the rows' tiling, refitted from 64
