@@ -158,21 +158,21 @@ def test_fill_sizes_bound_the_padding_on_a_grid_of_tile_friendly_sizes():
         fill_sizes((4, 8), 1.0)
 
 
-def _tuned(path, tmp_path, buckets) -> str:
+def _tuned_and_compiled(onnx_file, tmp_path, causal: bool):
+    """An attention model tuned at seq=4,8 (4 trials per task) and compiled with --max-padding 1.25."""
     from autosched.api import tune_model
     from autosched.config import TuneConfig
 
-    db = str(tmp_path / "tuned.db")
-    tune_model(path, "llvm", db, TuneConfig(n_trials=4, n_threads=1), shape_buckets=buckets)
-    return db
+    proto = attention(causal=causal)
+    path, db = onnx_file(proto, "attention.onnx"), str(tmp_path / "tuned.db")
+    tune_model(path, "llvm", db, TuneConfig(n_trials=4, n_threads=1), shape_buckets={"seq": (4, 8)})
+    model = compile_model_api(path, "llvm", db, n_threads=1, shape_buckets={"seq": (4, 8)}, max_padding=1.25)
+    return proto, model
 
 
 @pytest.mark.slow
 def test_sizes_between_buckets_are_filled_with_the_buckets_schedules_refitted(onnx_file, tmp_path):
-    proto = attention(causal=True)
-    path = onnx_file(proto, "causal.onnx")
-    db = _tuned(path, tmp_path, {"seq": (4, 8)})
-    model = compile_model_api(path, "llvm", db, n_threads=1, shape_buckets={"seq": (4, 8)}, max_padding=1.25)
+    proto, model = _tuned_and_compiled(onnx_file, tmp_path, causal=True)
     assert model.filled == {"seq=1": "seq=4", "seq=2": "seq=4"}
     assert [model.route({"seq": n}) for n in (1, 2, 3, 4, 5)] == [
         "filled from seq=4", "filled from seq=4", "padded to seq=4", "bucket", "padded to seq=8"]
@@ -184,10 +184,7 @@ def test_sizes_between_buckets_are_filled_with_the_buckets_schedules_refitted(on
 
 @pytest.mark.slow
 def test_a_size_padding_would_change_gets_an_exact_build_with_refitted_schedules(onnx_file, tmp_path):
-    proto = attention(causal=False)
-    path = onnx_file(proto, "full.onnx")
-    db = _tuned(path, tmp_path, {"seq": (4, 8)})
-    model = compile_model_api(path, "llvm", db, n_threads=1, shape_buckets={"seq": (4, 8)}, max_padding=1.25)
+    proto, model = _tuned_and_compiled(onnx_file, tmp_path, causal=False)
     assert not model.pads and not model.filled  # no padding: nothing to fill
     assert model.route({"seq": 6}) == "exact build, schedules of seq=8"
     with pytest.warns(UntunedSizeWarning, match="with the schedules of seq=8 refitted"):
