@@ -269,8 +269,8 @@ def start_from_relatives(task: Task, strategy, strategies: dict, tasks: dict[str
     def signatures(strategy: Any) -> frozenset[str]:  # none for a search without a trace space (a test's fake)
         return getattr(getattr(strategy, "space", None), "design_signatures", frozenset())
 
-    mine = signatures(strategy)
-    if k <= 0 or not mine:
+    mine = signatures(strategy) if k > 0 else frozenset()
+    if not mine:
         return 0
     near = sorted((key for key, other in strategies.items() if key != task.key and mine & signatures(other)),
                   key=lambda key: abs(math.log(max(tasks[key].flops, 1.0) / max(task.flops, 1.0))))
