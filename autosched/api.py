@@ -10,11 +10,13 @@ from autosched.apply import schedule_from_record
 from autosched.config import TuneConfig
 from autosched.db import Database, open_database
 from autosched.errors import UserInputError
+from autosched.native_log import quiet_api
 from autosched.spaces.settings import settings_for
 from autosched.tasks import make_target, op_task
 from autosched.tune import TuneProgress, TuneResult
 
 
+@quiet_api
 def tune_operator(op: str, shape: tuple[int, ...], target: str | Target = "llvm",
                   db: str | Database = "tuning_logs/autosched.db", config: TuneConfig | None = None,
                   on_progress: Callable[[TuneProgress], None] | None = None) -> TuneResult:
@@ -41,6 +43,7 @@ def best_module(db: str | Database, task_key: str) -> IRModule:
     return schedule_from_record(load_json(row.workload_json), best).mod
 
 
+@quiet_api
 def load_kernel(db: str | Database, task_key: str) -> Any:
     """Compile the best schedule of a task for its target; returns a TVM runtime Module (call ``["main"]``)."""
     database = open_database(db, create=False)
@@ -52,6 +55,7 @@ def load_kernel(db: str | Database, task_key: str) -> Any:
 
 
 # --- whole models ----------------------------------------------------------------------------------------
+@quiet_api
 def load_model(source: Any, inputs: dict[str, tuple[int, ...]] | None = None, example_inputs: tuple | None = None,
                name: str | None = None):
     """An ONNX path or ModelProto, a ``torch.nn.Module`` (with ``example_inputs``), a Relax IRModule,
@@ -76,6 +80,7 @@ def load_model(source: Any, inputs: dict[str, tuple[int, ...]] | None = None, ex
     return _load(source, inputs, example_inputs, name)
 
 
+@quiet_api
 def extract_model_tasks(model: Any, target: str | Target = "llvm", n_threads: int | None = None,
                         shape_buckets: dict[str, tuple[int, ...]] | None = None, precision: str = "fp32"):
     """The graph rewrites, then one task per distinct fusion group (what ``tune_model`` tunes). With
@@ -105,6 +110,7 @@ def _at(model: Any, precision: str) -> Any:
     return model
 
 
+@quiet_api
 def tune_model(model: Any, target: str | Target = "llvm", db: str | Database = "tuning_logs/autosched.db",
                config: TuneConfig | None = None, on_progress: Callable | None = None,
                shape_buckets: dict[str, tuple[int, ...]] | None = None, precision: str = "fp32"):
@@ -126,6 +132,7 @@ def tune_model(model: Any, target: str | Target = "llvm", db: str | Database = "
         return tune_model_tasks(session, tasks, database, config.n_trials, on_progress, deadline)
 
 
+@quiet_api
 def compile(model: Any, target: str | Target = "llvm", db: str | Database | None = None,
             n_threads: int | None = None, shape_buckets: dict[str, tuple[int, ...]] | None = None,
             precision: str = "fp32", max_padding: float | None = None):

@@ -12,12 +12,17 @@ import io
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import wraps
 from pathlib import Path
+from typing import Any, TypeVar
 
 WARNING_MARKS = ("Warning", "warning", "WARNING")
+QUIET_ENV = "AUTOSCHED_QUIET"  # "0": the Python API leaves TVM's output on the terminal
+_depth = 0  # native_output_to contexts open in this process (an inner one changes nothing)
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def default_log_path() -> Path:
@@ -55,6 +60,10 @@ def _terminal_fd() -> int | None:
 @contextmanager
 def native_output_to(path: Path) -> Iterator[NativeLog]:
     """Send fd 2 (C++ logs, also of child processes), Python warnings and log records to ``path``."""
+    global _depth
+    if _depth:  # already redirected by an outer call (the CLI, or an API function calling another)
+        yield NativeLog(path, 0)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     log_file = open(path, "ab")  # noqa: SIM115 - closed below, after fd 2 is restored
     state = NativeLog(path, log_file.tell())
@@ -69,9 +78,11 @@ def native_output_to(path: Path) -> Iterator[NativeLog]:
     if _terminal_fd() is not None:  # keep the CLI's own messages on the terminal
         sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(saved_fd), "wb"), line_buffering=True, errors="replace")
     os.dup2(log_file.fileno(), 2)
+    _depth += 1
     try:
         yield state
     finally:
+        _depth -= 1
         os.dup2(saved_fd, 2)
         os.close(saved_fd)
         if sys.stderr is not old_stderr:
@@ -83,3 +94,29 @@ def native_output_to(path: Path) -> Iterator[NativeLog]:
         handler.close()
         log_file.close()
         state.count_warnings()
+
+
+def quiet_api(func: F) -> F:
+    """A Python API function that keeps TVM's output off the terminal, as the CLI does: fd 2 and warnings go to
+    the log file while it runs, then one line on stderr says how many warning lines went there. Nested calls (and
+    calls from the CLI) share the outer redirection; ``AUTOSCHED_QUIET=0`` turns it off."""
+
+    @wraps(func)
+    def quiet(*args: Any, **kwargs: Any) -> Any:
+        if _depth or os.environ.get(QUIET_ENV, "1") == "0":
+            return func(*args, **kwargs)
+        path = default_log_path()
+        try:
+            context = native_output_to(path)
+            log = context.__enter__()
+        except OSError:  # no writable log file: leave the output where it is
+            return func(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            context.__exit__(None, None, None)
+            if log.n_warnings:
+                print(f"autosched: {log.n_warnings} warning lines from TVM and libraries written to {path}",
+                      file=sys.stderr, flush=True)
+
+    return quiet  # type: ignore[return-value]

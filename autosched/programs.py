@@ -19,6 +19,7 @@ from autosched._tvm import IRModule, PrimFunc, Target, relax, te, tvm, tvm_ffi
 from autosched.config import TuneConfig
 from autosched.db import Database, open_database
 from autosched.errors import UserInputError
+from autosched.native_log import quiet_api
 from autosched.spaces.settings import settings_for
 from autosched.tasks import Task, make_target, primfunc_task
 
@@ -197,6 +198,7 @@ def _model(program: IRModule, name: str | None):
     return load_model(program, name=name)
 
 
+@quiet_api
 def tune(program: Any, target: str | Target = "llvm", db: str | Database = "tuning_logs/autosched.db",
          config: TuneConfig | None = None, on_progress: Callable | None = None, name: str | None = None):
     """Tune any tensor program: a TE tensor or list of tensors (inputs, then outputs; outputs alone get their
@@ -219,6 +221,7 @@ def tune(program: Any, target: str | Target = "llvm", db: str | Database = "tuni
         return session.tune(task, database, on_progress)
 
 
+@quiet_api
 def compile_program(program: Any, db: str | Database | None = None, target: str | Target = "llvm",
                     n_threads: int | None = None) -> Any:
     """Build a program with its best schedule in ``db`` (without ``db``: TVM's unscheduled build; a Relax

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fair_environment, load_now, machine_info, time_interleaved, write_json  # noqa: E402
+from common import fair_environment, git_commit, load_now, machine_info, time_interleaved, write_json  # noqa: E402
 
 MAX_ERROR = 1e-3  # largest relative error vs ONNX Runtime of a model that counts (as bench/models.py)
 
@@ -180,16 +180,6 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
     except Failed as failure:
         row.update(failed_step=failure.step, error=failure.reason)
     return row
-
-
-def git_commit() -> str:
-    """The commit the benchmark runs at, ``+`` when the work tree has changes (a row says what code made it)."""
-    import subprocess
-
-    def git(*cmd: str) -> str:
-        return subprocess.run(["git", *cmd], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
-
-    return (git("rev-parse", "--short", "HEAD") or "unknown") + ("+" if git("status", "--porcelain", "-uno") else "")
 
 
 def _ms(row: dict, key: str) -> str:

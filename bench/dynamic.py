@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fair_environment, load_now, machine_info, time_interleaved, write_json  # noqa: E402
+from common import fair_environment, git_commit, load_now, machine_info, time_interleaved, write_json  # noqa: E402
 
 MAX_ERROR = 1e-3
 
@@ -64,6 +64,26 @@ def _tune(onnx_path: Path, db_path: Path, seconds: float, threads: int, seed: in
     return time.perf_counter() - start, result.n_tasks
 
 
+TUNING_ARGS = ("buckets", "time", "exact", "threads", "seed")
+
+
+def _reused_tuning(path: Path, args: argparse.Namespace, work: Path) -> tuple[Path, dict, dict]:
+    """The model file, tuning figures and databases of an earlier run (``--reuse-tuning``), checked to match."""
+    import json
+
+    earlier = json.loads(path.read_text())
+    differ = [k for k in TUNING_ARGS if earlier["args"][k] != getattr(args, k)]
+    missing = [f for f in ["gpt2_dynamic.onnx", "buckets.db", *(f"exact_{n}.db" for n in args.exact.split(",") if n)]
+               if not (work / f).exists()]
+    if differ or missing or Path(earlier["args"]["db_dir"] or "").expanduser() != work:
+        raise SystemExit(f"--reuse-tuning {path}: its tuning arguments {differ or ''} or --db-dir differ, or "
+                         f"{missing or 'nothing'} is missing from {work}: run it without --reuse-tuning")
+    tuning = {k: (v, earlier["tasks"][k]) for k, v in earlier["tuning_s"].items()}
+    print(f"tuning reused from {path} (measured {earlier['machine']['time']}): {work}", flush=True)
+    return work / "gpt2_dynamic.onnx", tuning, {"json": str(path), "measured": earlier["machine"]["time"],
+                                                 "tuning_code_commit": earlier.get("commit")}
+
+
 def _lengths(text: str, high: int) -> list[int]:
     if text == "all":
         return list(range(1, high + 1))
@@ -84,6 +104,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="dynamic")
     p.add_argument("--db-dir", help="keep the tuning databases here (default: a temporary folder)")
+    p.add_argument("--reuse-tuning", metavar="JSON", help="an earlier run's bench/results JSON with the same tuning "
+                   "arguments and --db-dir: its databases and model file are timed again (after a change to compile "
+                   "or run) without tuning anew; its tuning figures are copied, and the JSON says so")
     args = p.parse_args()
     fair_environment(args.threads)
 
@@ -94,18 +117,22 @@ def main() -> None:
     from autosched.models.reference import max_relative_error, onnxruntime_session
 
     buckets = parse_shape_buckets([f"seq={args.buckets}"])
+    commit = git_commit()  # the code this run loads
     exact = [int(v) for v in args.exact.split(",") if v]
     work = Path(args.db_dir or tempfile.mkdtemp(prefix="autosched-dynamic-"))
     work.mkdir(parents=True, exist_ok=True)
-    onnx_path = export_gpt2(work / "gpt2_dynamic.onnx", max(buckets["seq"]))
     per_bucket_s = args.time / len(buckets["seq"])
-    print(f"buckets seq={list(buckets['seq'])}; tuning {args.time:.0f} s in all, then {per_bucket_s:.0f} s for each "
-          f"exact length {exact} ...", flush=True)
-    tuning = {"buckets": _tune(onnx_path, work / "buckets.db", args.time, args.threads, args.seed,
-                               shape_buckets=buckets)}
-    for n in exact:
-        tuning[f"seq={n}"] = _tune(onnx_path, work / f"exact_{n}.db", per_bucket_s, args.threads, args.seed,
-                                   shape_buckets={"seq": (n,)})
+    if args.reuse_tuning:
+        onnx_path, tuning, reused = _reused_tuning(Path(args.reuse_tuning), args, work)
+    else:
+        onnx_path, reused = export_gpt2(work / "gpt2_dynamic.onnx", max(buckets["seq"])), None
+        print(f"buckets seq={list(buckets['seq'])}; tuning {args.time:.0f} s in all, then {per_bucket_s:.0f} s for "
+              f"each exact length {exact} ...", flush=True)
+        tuning = {"buckets": _tune(onnx_path, work / "buckets.db", args.time, args.threads, args.seed,
+                                   shape_buckets=buckets)}
+        for n in exact:
+            tuning[f"seq={n}"] = _tune(onnx_path, work / f"exact_{n}.db", per_bucket_s, args.threads, args.seed,
+                                       shape_buckets={"seq": (n,)})
     bucketed = compile_model(str(onnx_path), "llvm", str(work / "buckets.db"), args.threads, shape_buckets=buckets)
     filled = (compile_model(str(onnx_path), "llvm", str(work / "buckets.db"), args.threads, shape_buckets=buckets,
                             max_padding=args.max_padding) if args.max_padding else None)
@@ -144,9 +171,11 @@ def main() -> None:
     summary_filled = summarize(rows, "filled")
     print_summary(rows, {"buckets only": summary, f"filled (max padding {args.max_padding})": summary_filled},
                   tuning)
-    write_json(args.out, {"machine": machine_info(), "args": vars(args), "buckets": list(buckets["seq"]),
+    write_json(args.out, {"machine": machine_info(), "commit": commit, "args": vars(args),
+                          "buckets": list(buckets["seq"]),
                           "pad_check": bucketed.pad_check, "tuning_s": {k: v[0] for k, v in tuning.items()},
-                          "tasks": {k: v[1] for k, v in tuning.items()}, "rows": rows, "summary": summary,
+                          "tasks": {k: v[1] for k, v in tuning.items()}, "tuning_reused_from": reused, "rows": rows,
+                          "summary": summary,
                           "summary_filled": summary_filled,
                           "filled": filled.filled if filled is not None else {}})
     if any(r["max_rel_error"] > MAX_ERROR for r in rows):

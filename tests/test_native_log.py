@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -55,3 +56,21 @@ def test_an_unexpected_failure_is_one_line_with_the_traceback_in_the_log(tmp_pat
     shown = capsys.readouterr().err.strip()
     assert shown.count("\n") == 0 and "internal error" in shown and "something deep in TVM" in shown
     assert "Traceback" in log.read_text() and "explode" in log.read_text()
+
+
+@pytest.mark.parametrize("quiet", ["1", "0"])
+def test_the_python_api_keeps_tvm_warnings_off_the_terminal_too(tmp_path, quiet):
+    model = _gather_model(tmp_path / "gather.onnx")
+    script = (f"import autosched; tasks = autosched.extract_model_tasks({str(model)!r}, 'llvm', n_threads=1); "
+              "print('tasks', len(tasks))")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "AUTOSCHED_QUIET": quiet}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "tasks" in proc.stdout
+    log = tmp_path / "cache" / "autosched" / "autosched.log"
+    if quiet == "1":
+        assert TVM_WARNING not in proc.stderr and TVM_WARNING in log.read_text()
+        (line,) = proc.stderr.strip().splitlines()  # the one summary line
+        assert line.startswith("autosched: ") and line.endswith(f"lines from TVM and libraries written to {log}")
+    else:  # AUTOSCHED_QUIET=0: TVM's output stays where it was
+        assert TVM_WARNING in proc.stderr and not log.exists()

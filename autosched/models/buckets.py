@@ -79,12 +79,12 @@ def pick_buckets(low: int, high: int) -> tuple[int, ...]:
 
 def fill_sizes(tuned: Sequence[int], max_padding: float) -> tuple[int, ...]:
     """Sizes to compile besides the tuned buckets ``tuned`` (with their schedules refitted: ``compile_buckets``),
-    so that a size pads by at most ``max_padding`` (1.25: a quarter more) where the grid allows: 1, 2, 4, then
-    multiples of 8 (the tile sizes tuned schedules keep). From each bucket down, while the sizes just above the
-    bucket below would pad by more: the smallest grid size within the bound, else the next grid size down."""
+    so that a size pads by at most ``max_padding`` (1.25: a quarter more) where the grid allows. From each
+    bucket down, while the sizes just above the bucket below would pad by more: the smallest grid size within
+    the bound, else the next grid size down."""
     if max_padding <= 1:
         raise UserInputError(f"--max-padding {max_padding}: give a ratio above 1, e.g. 1.25")
-    grid = sorted({1, 2, 4} | set(range(8, max(tuned) + 1, 8)))
+    grid = [g for g in range(1, max(tuned) + 1) if tile_friendly(g)]
     picked: set[int] = set()
     low = 0
     for high in sorted(tuned):
@@ -95,6 +95,19 @@ def fill_sizes(tuned: Sequence[int], max_padding: float) -> tuple[int, ...]:
             picked.add(size)
         low = high
     return tuple(sorted(picked - set(tuned)))
+
+
+def tile_friendly(size: int) -> bool:
+    """1, 2, 4, and multiples of 4 from 8 on whose odd part is at most 7 (12, 20, 24, 28, 40, ..., 80, 96, 112,
+    160, ...): a bucket's tiles, refitted to such a size, keep their power-of-two factors. A size like 136 (8 x 17)
+    leaves a 16-row register tile 8 rows and the level above it 1 (GPT-2, seq=129..135 in a build for 136 with
+    seq=256's schedules: 1.6-1.8x ONNX Runtime's time, where its neighbours in builds for 168 and 208 ran 1.1-1.3x)."""
+    if size in (1, 2, 4):
+        return True
+    odd = size
+    while odd % 2 == 0:
+        odd //= 2
+    return size >= 8 and size % 4 == 0 and odd <= 7
 
 
 def bucket_label(sizes: Sizes) -> str:
