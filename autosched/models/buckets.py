@@ -98,16 +98,14 @@ def fill_sizes(tuned: Sequence[int], max_padding: float) -> tuple[int, ...]:
 
 
 def tile_friendly(size: int) -> bool:
-    """1, 2, 4, and multiples of 4 from 8 on whose odd part is at most 7 (12, 20, 24, 28, 40, ..., 80, 96, 112,
-    160, ...): a bucket's tiles, refitted to such a size, keep their power-of-two factors. A size like 136 (8 x 17)
-    leaves a 16-row register tile 8 rows and the level above it 1 (GPT-2, seq=129..135 in a build for 136 with
-    seq=256's schedules: 1.6-1.8x ONNX Runtime's time, where its neighbours in builds for 168 and 208 ran 1.1-1.3x)."""
-    if size in (1, 2, 4):
-        return True
+    """1, 2, 4, 12, and multiples of 8 whose odd part is at most 7 (8, 16, 24, 40, 48, 56, 80, 96, 112, 160, ...):
+    a bucket's tiles, refitted to such a size, keep their power-of-two factors. Measured on GPT-2 (seq=256's
+    schedules refitted): a build for 136 (8 x 17) ran seq=129..135 at 1.6-1.8x ONNX Runtime's time, one for 160
+    at 1.1-1.3x; builds for 20 and 28 (4 x 5, 4 x 7) were slower than the bucket of 32 they stand in for."""
     odd = size
     while odd % 2 == 0:
         odd //= 2
-    return size >= 8 and size % 4 == 0 and odd <= 7
+    return size in (1, 2, 4) or (size % 8 == 0 and odd <= 7) or (size % 4 == 0 and odd <= 3)
 
 
 def bucket_label(sizes: Sizes) -> str:
