@@ -99,11 +99,12 @@ def native_output_to(path: Path) -> Iterator[NativeLog]:
 def quiet_api(func: F) -> F:
     """A Python API function that keeps TVM's output off the terminal, as the CLI does: fd 2 and warnings go to
     the log file while it runs, then one line on stderr says how many warning lines went there. Nested calls (and
-    calls from the CLI) share the outer redirection; ``AUTOSCHED_QUIET=0`` turns it off."""
+    calls from the CLI) share the outer redirection (``native_output_to`` counts nothing inside another, so they
+    print no line of their own); ``AUTOSCHED_QUIET=0`` turns it off."""
 
     @wraps(func)
     def quiet(*args: Any, **kwargs: Any) -> Any:
-        if _depth or os.environ.get(QUIET_ENV, "1") == "0":
+        if os.environ.get(QUIET_ENV, "1") == "0":
             return func(*args, **kwargs)
         path = default_log_path()
         try:

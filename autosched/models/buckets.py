@@ -105,7 +105,7 @@ def tile_friendly(size: int) -> bool:
     odd = size
     while odd % 2 == 0:
         odd //= 2
-    return size in (1, 2, 4) or (size % 8 == 0 and odd <= 7) or (size % 4 == 0 and odd <= 3)
+    return size in (1, 2, 4, 12) or (size % 8 == 0 and odd <= 7)
 
 
 def bucket_label(sizes: Sizes) -> str:
