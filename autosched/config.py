@@ -30,7 +30,7 @@ class TuneConfig:
     seed: int = 0  # drives the sampler, the design spaces and the random inputs
     n_threads: int = 0  # CPU threads of the measured kernels; 0 = all cores
     n_build_workers: int = 0  # 0 = all cores
-    build_timeout_s: float = 3.0  # a compile normally takes 0.05-0.5 s (median 0.1): slower ones count as failures
+    build_timeout_s: float = 0.0  # slower compiles count as failures; 0 = by target (build_timeout_for)
     run_timeout_s: float = 30.0
     repeat: int = 3  # timed repeats per candidate (median reported)
     min_repeat_ms: int = 25  # each repeat runs the kernel until this much time has passed
@@ -50,6 +50,14 @@ class TuneConfig:
     atol: float = 1e-4  # relative to the largest reference value
     rpc: str = ""  # HOST:PORT of a TVM RPC tracker: measure on its devices ("" = on this machine)
     rpc_key: str = ""  # with rpc: the key the devices registered under (rpc_server --key)
+
+    def build_timeout_for(self, device: str) -> float:
+        """The build timeout on ``device`` ('cpu', 'cuda', ...): the configured one, else 3 s on a CPU (a compile
+        takes 0.05-0.5 s, median 0.1) and 30 s on a GPU (each build also runs NVRTC or nvcc on its kernels: ~1 s
+        alone, more with a build per core at once; at 3 s an H200 run measured nothing)."""
+        if self.build_timeout_s > 0:
+            return self.build_timeout_s
+        return 3.0 if device == "cpu" else 30.0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):  # a config file or an API call can give any value: check each
@@ -92,7 +100,7 @@ class TuneConfig:
 
 
 _LOWEST = {"batch_size": 1, "repeat": 1, "pool_factor": 1}  # everything else numeric: >= 0
-_POSITIVE = {"build_timeout_s", "run_timeout_s"}
+_POSITIVE = {"run_timeout_s"}
 _HIGHEST = {"seed": 2**32 - 1, "explore": 1}  # numpy seeds are 32-bit; explore is a share
 
 

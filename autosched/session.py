@@ -120,9 +120,9 @@ class TuningSession:
         self.config = config
         self._tmp = tempfile.TemporaryDirectory(prefix="autosched-")
         self._reference_libraries: dict[str, str] = {}  # task key -> its unscheduled library, until measured
-        self.builder = builder or LocalBuilder(target_json, config.n_build_workers or None, config.build_timeout_s,
-                                               work_dir=self._tmp.name)
         self.device = device_kind(Target(json.loads(target_json)))
+        self.builder = builder or LocalBuilder(target_json, config.n_build_workers or None,
+                                               config.build_timeout_for(self.device), work_dir=self._tmp.name)
         if self.device == "cuda":
             use_nvcc_without_nvrtc()  # before the build workers start
         self.runner = runner or make_runner(config, self.device)

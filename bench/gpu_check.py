@@ -94,6 +94,17 @@ def max_rel_err(got, want) -> float:
     return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
 
 
+def outcome_notes(db, task_key: str | None = None) -> list[str]:
+    """How the measured candidates ended (``OK: 52``, the three commonest failures with their first words): a
+    case that found nothing says why."""
+    from collections import Counter
+
+    records = db.records(task_key)
+    notes = [", ".join(f"{s}: {n}" for s, n in Counter(r.status.name for r in records).most_common())]
+    failed = Counter(f"{r.status.name} {(r.error or '').strip()[:160]}" for r in records if r.status.name != "OK")
+    return notes + [f"{n} x {e}" for e, n in failed.most_common(3)]
+
+
 def time_pair(calls: dict, repeat: int) -> dict[str, float]:
     import statistics
 
@@ -135,6 +146,7 @@ def kernel_case(name: str, task, inputs, torch_call, seconds: float, dev: Device
     db, tune_s, n, untuned_ms = tune_kernel(task, seconds, work, config_kw)
     row = Row(name, "x".join(map(str, task.info.get("shape", ()))) or task.name, task.flops / 1e9, tune_s, n,
               untuned_ms, None, None, None)
+    row.notes = outcome_notes(db, task.key)
     best = db.best(task.key, task.target_json)
     if best is None:
         row.error = "no valid measurement in the budget"
@@ -218,6 +230,7 @@ def model_row(name: str, target, seconds: float, dev: Devices, work: Path, repea
 
     from autosched import api
     from autosched.config import TuneConfig
+    from autosched.db import open_database
     from autosched.models import zoo
 
     module, example = zoo.build(name)
@@ -227,10 +240,11 @@ def model_row(name: str, target, seconds: float, dev: Devices, work: Path, repea
                             config=TuneConfig(seed=0, n_trials=0, time_budget_s=seconds))
     tune_s = time.perf_counter() - start
     compiled = api.compile(model, target, db=str(work / f"{name}.db"))
+    outcomes = outcome_notes(open_database(str(work / f"{name}.db")))
     row = Row(name, "x".join(map(str, example[0].shape)), None, tune_s, len(result.states) + result.n_new,
               result.untuned_s * 1e3, None, None, None,
               notes=[f"tasks {result.n_tasks}, fusion groups {dict(compiled.counts())}",
-                     f"estimated from the tasks' best: {result.estimated_s * 1e3:.3f} ms"])
+                     f"estimated from the tasks' best: {result.estimated_s * 1e3:.3f} ms", *outcomes])
     x = example[0].numpy()
     module = module.to(dev.torch)
     t_x = example[0].to(dev.torch)
@@ -278,6 +292,8 @@ def print_table(rows: list[Row], bar: float) -> None:
         print(f"{r.case:<12} {r.shape:<22} {r.tune_s:>7.0f} {r.n_measured:>6} {f(r.untuned_ms, '10.3f')} "
               f"{f(r.autosched_ms, '12.3f')} {f(r.torch_ms, '9.3f')} {f(r.speed_vs_torch, '8.2f')} "
               f"{f(r.max_rel_err, '8.1e')}" + (f"  ERROR {r.error}" if r.error else ""))
+        for note in r.notes:
+            print(f"    {note}")
     fp32 = next((r for r in rows if r.case == "matmul_fp32"), None)
     if fp32 is not None and fp32.speed_vs_torch is not None:
         verdict = "met" if fp32.speed_vs_torch >= bar else "NOT met"

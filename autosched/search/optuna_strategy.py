@@ -279,11 +279,15 @@ class OptunaStrategy(SearchStrategy):
         return out
 
     def _add_to_pool(self, pool: dict[str, tuple[dict[str, Any], Any]], params: dict[str, Any]) -> bool:
-        """Add a legal, not yet measured setting to the pool; False if the setting is illegal."""
+        """Add a legal, not yet measured setting (or, where the space repairs, a legal one near it) to the pool;
+        False if the setting is illegal."""
         try:
             sch = self.space.apply(params)
         except InvalidConfig:
-            return False
+            params = self._repaired(params, seed=self.seed + len(pool))
+            if params is None:
+                return False
+            sch = self.space.apply(params)
         key = schedule_key(self.space.effective_decisions(sch))
         if key not in self._seen and key not in self._pending:
             pool.setdefault(key, (params, sch))
@@ -331,6 +335,9 @@ class OptunaStrategy(SearchStrategy):
                 sch = self.space.apply(params)
             except InvalidConfig as err:
                 self._reject(trial, params, str(err))
+                repaired = self._repaired(params, seed=self.seed + trial.number)
+                if repaired is not None:  # asked next (a GPU space: most raw settings are illegal)
+                    self.propose(repaired)
                 continue
             cand = Candidate(self.task_key, params, decisions=self.space.effective_decisions(sch),
                              trial_number=trial.number)
@@ -352,6 +359,11 @@ class OptunaStrategy(SearchStrategy):
             out.append(cand)
         self.exhausted = len(out) < n
         return out
+
+    def _repaired(self, params: dict[str, Any], seed: int) -> dict[str, Any] | None:
+        """A legal setting near the rejected ``params`` where the space repairs (GPU spaces), else None."""
+        repair = getattr(self.space, "repair", None)  # spaces written against the older interface have none
+        return repair(params, seed=seed) if repair is not None else None
 
     def _random_params(self, seed: int) -> dict[str, Any]:
         """A point drawn uniformly from the space (the design first, then its knobs), reproducible by ``seed``."""

@@ -23,6 +23,10 @@ class SearchSpace(abc.ABC):
     def apply(self, params: dict[str, Any]) -> Schedule:
         """A postprocessed schedule for these knob values; raises InvalidConfig for an illegal combination."""
 
+    def repair(self, params: dict[str, Any], seed: int = 0) -> dict[str, Any] | None:
+        """A legal setting near ``params``, which ``apply`` rejected, or None (default: no repair)."""
+        return None
+
     def size(self) -> int:
         """How many distinct knob settings there are (an upper bound on distinct schedules)."""
         return 1 << 62

@@ -193,6 +193,52 @@ def test_tune_loop_records_cuda_rejections_as_invalid():
     assert all("VerifyGPUCode" in r.error or "primitive" in r.error for r in invalid)
 
 
+def test_repair_makes_illegal_settings_of_a_large_kernel_legal_within_the_thread_limits():
+    target = make_target("sm_90")
+    task = op_task("matmul", (4096, 4096, 4096), target, settings_for(target).version)
+    space = TraceSearchSpace(task.mod, target, settings_for(target), seed=0)
+    rng, illegal = random.Random(0), []
+    for _ in range(24):
+        design = rng.randrange(len(space.designs))
+        params = {"design": design, **{k: rng.randint(d.low, d.high) for k, d in space.knobs(design).items()}}
+        try:
+            space.apply(params)
+        except InvalidConfig:
+            illegal.append(params)
+    assert len(illegal) >= 20  # uniform settings of this kernel: under 1% legal (a search found nothing to measure)
+    repaired = [r for i, params in enumerate(illegal) if (r := space.repair(params, seed=i)) is not None]
+    assert len(repaired) >= 0.8 * len(illegal)
+    assert len({tuple(sorted(r.items())) for r in repaired}) >= len(repaired) // 2  # not one fixed point
+    for params in repaired[:4]:
+        source = cuda_source(tvm.compile(space.apply(params).mod, target=target))
+        assert 32 <= int(re.search(r"__launch_bounds__\((\d+)\)", source).group(1)) <= 1024
+    cpu = make_target("llvm")
+    cpu_space = TraceSearchSpace(op_task("matmul", (64, 64, 64), cpu, settings_for(cpu).version).mod, cpu,
+                                 settings_for(cpu), seed=0)
+    assert cpu_space.repair(cpu_space.default_params()) is None  # CPU rejections stay the sampler's to learn
+
+
+def test_a_search_of_a_large_gpu_kernel_finds_legal_candidates_to_measure():
+    from autosched.search.optuna_strategy import OptunaStrategy
+    from autosched.testing.fakes import NullBuilder, NullRunner
+    from autosched.tune import tune_task
+
+    target = make_target("sm_90")
+    task = op_task("matmul", (4096, 4096, 4096), target, settings_for(target).version)
+    space = TraceSearchSpace(task.mod, target, settings_for(target), seed=0)
+    db = MemoryDatabase()
+    strategy = OptunaStrategy(space, task.key, db.optuna_storage(), "tpe", 0)
+    result = tune_task(task, strategy, NullBuilder(), NullRunner(), db, TaskIO("unused.npz", 1), 16, batch_size=8)
+    assert result.n_measured == 16 and result.status_counts[Status.OK] >= 8  # before repair: 0, space "exhausted"
+
+
+def test_gpu_builds_get_a_longer_timeout_than_cpu_builds():
+    from autosched.config import TuneConfig
+
+    assert TuneConfig().build_timeout_for("cpu") == 3.0 and TuneConfig().build_timeout_for("cuda") == 30.0
+    assert TuneConfig(build_timeout_s=7.0).build_timeout_for("cuda") == 7.0
+
+
 # --- tensor cores ------------------------------------------------------------------------------------------------
 def fp16_matmul(n: int) -> IRModule:
     """C = A @ B in float16 (accumulated in float16, as Relax legalizes a float16 matmul)."""
