@@ -247,7 +247,8 @@ class TraceSearchSpace(SearchSpace):
         memory fit. A search left with nothing to measure stops. Threads and virtual threads are products of
         tile factors at the levels bound to them (read off the design's Bind instructions) and are cheap to
         decode: their knobs are stepped into range first; then the schedule is built, and while it is rejected
-        (shared memory, mostly) an inner tile knob is lowered. CPU spaces: None (their few rejections are better
+        (shared memory, mostly) the largest tile levels shrink, more after each rejection, every other level
+        pinned so that what is freed goes to the block level. CPU spaces: None (their few rejections are better
         left to the sampler)."""
         if self.target.kind.name == "llvm":
             return None

@@ -29,6 +29,8 @@ def check_rows(path: Path, n_rows: int) -> list[dict]:
         assert r["error"] is None, r
         assert r["n_measured"] > 0 and r["autosched_ms"] > 0 and r["torch_ms"] > 0, r
         assert r["max_rel_err"] < (2e-2 if r["case"] == "matmul_fp16" else 1e-3), r
+        outcomes = next(n for n in r["notes"] if "OK: " in n)  # how the measurements ended, counted
+        assert sum(int(c.split(": ")[1]) for c in outcomes.split(", ")) >= r["n_measured"], r
     return rows
 
 
