@@ -135,7 +135,7 @@ def tune_model(model: Any, target: str | Target = "llvm", db: str | Database = "
 @quiet_api
 def compile(model: Any, target: str | Target = "llvm", db: str | Database | None = None,
             n_threads: int | None = None, shape_buckets: dict[str, tuple[int, ...]] | None = None,
-            precision: str = "fp32", max_padding: float | None = None):
+            precision: str = "fp32", max_padding: float | None = None, cuda_graph: bool = False):
     """Build a model with the best schedule of every tuned fusion group in ``db`` (default ones elsewhere).
 
     Returns a ``CompiledModel``: call it with numpy arrays, ``.time(...)`` it, or ``.export_library(path)``
@@ -144,7 +144,8 @@ def compile(model: Any, target: str | Target = "llvm", db: str | Database | None
     ``max_padding`` (e.g. 1.25) adds builds between the buckets with their schedules refitted, so that no size
     pads by more (``compile_buckets``).
     ``precision``: ``bf16``/``fp16`` matmuls and convolutions, as tuned; ``.precision_error`` is the max relative
-    error against float32 on random inputs.
+    error against float32 on random inputs. ``cuda_graph`` (a CUDA target, fixed shapes): the kernel launches
+    are captured once as CUDA graphs and replayed.
     """
     from autosched.models.build import compile_model
 
@@ -158,7 +159,7 @@ def compile(model: Any, target: str | Target = "llvm", db: str | Database | None
                                lambda sizes: _at(load_model(model, symbolic.shapes(sizes)), precision),
                                max_padding=max_padding)
     model = _at(model if hasattr(model, "mod") else load_model(model), precision)
-    return compile_model(model, target, database)
+    return compile_model(model, target, database, cuda_graph=cuda_graph)
 
 
 def load_compiled(path: str):

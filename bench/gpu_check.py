@@ -32,7 +32,7 @@ from common import time_interleaved, write_json  # noqa: E402
 
 FULL = {"matmul": (4096, 4096, 4096), "conv2d": (1, 256, 14, 14, 256, 3, 3), "model": "resnet18"}
 SMALL = {"matmul": (256, 256, 256), "conv2d": (1, 32, 14, 14, 32, 3, 3), "model": "tiny_cnn"}
-SHARES = {"matmul_fp32": 0.25, "matmul_fp16": 0.25, "conv2d": 0.15, "model": 0.35}  # of --budget-s
+SHARES = {"matmul_fp32": 0.25, "matmul_fp16": 0.25, "conv2d": 0.15, "model": 0.35}  # of --budget-s (default)
 MIN_TRIALS = 8  # measurements per kernel even past its share of the budget
 FP16_TOLERANCE = 2e-2  # float16 accumulation over K=4096 terms, relative to the largest output
 
@@ -48,6 +48,7 @@ class Row:
     autosched_ms: float | None
     torch_ms: float | None
     max_rel_err: float | None
+    graph_ms: float | None = None  # the model built with CUDA graphs (autosched.models.build's cuda_graph)
     error: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -190,7 +191,14 @@ def matmul_fp16_task(m: int, n: int, k: int, target):
     return task
 
 
-def kernel_rows(target, shapes: dict, budget_s: float, dev: Devices, work: Path, repeat: int) -> list[Row]:
+def shares(model_share: float) -> dict[str, float]:
+    """Each case's share of the budget: ``model_share`` for the model, the rest split as in ``SHARES``."""
+    scale = (1.0 - model_share) / (1.0 - SHARES["model"])
+    return {**{k: v * scale for k, v in SHARES.items() if k != "model"}, "model": model_share}
+
+
+def kernel_rows(target, shapes: dict, budget_s: float, dev: Devices, work: Path, repeat: int,
+                share: dict[str, float] = SHARES) -> list[Row]:
     import torch
     import torch.nn.functional as F
 
@@ -212,10 +220,10 @@ def kernel_rows(target, shapes: dict, budget_s: float, dev: Devices, work: Path,
     cases.append(("conv2d", conv, lambda x, w, b: torch.relu(F.conv2d(x, w, b, padding=pad)), {}))
     for name, task, call, kw in cases:
         inputs = task.random_inputs(0)
-        print(f"[{name}] tuning {task.name} for {budget_s * SHARES[name]:.0f} s ...", flush=True)
+        print(f"[{name}] tuning {task.name} for {budget_s * share[name]:.0f} s ...", flush=True)
         try:
             with torch.no_grad():
-                rows.append(kernel_case(name, task, inputs, call, budget_s * SHARES[name], dev, work, repeat, kw))
+                rows.append(kernel_case(name, task, inputs, call, budget_s * share[name], dev, work, repeat, kw))
         except Exception as err:  # noqa: BLE001 - one failed case is reported, the others still run
             rows.append(Row(name, task.name, task.flops / 1e9, 0.0, 0, None, None, None, None,
                             error=f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}"))
@@ -232,6 +240,7 @@ def model_row(name: str, target, seconds: float, dev: Devices, work: Path, repea
     from autosched.config import TuneConfig
     from autosched.db import open_database
     from autosched.models import zoo
+    from autosched.models.profiling import profile
 
     module, example = zoo.build(name)
     model = api.load_model(module, example_inputs=example, name=name)
@@ -240,6 +249,8 @@ def model_row(name: str, target, seconds: float, dev: Devices, work: Path, repea
                             config=TuneConfig(seed=0, n_trials=0, time_budget_s=seconds))
     tune_s = time.perf_counter() - start
     compiled = api.compile(model, target, db=str(work / f"{name}.db"))
+    graphed = api.compile(model, target, db=str(work / f"{name}.db"), cuda_graph=True) if dev.kind == "cuda" \
+        else None
     outcomes = outcome_notes(open_database(str(work / f"{name}.db")))
     row = Row(name, "x".join(map(str, example[0].shape)), None, tune_s, len(result.states) + result.n_new,
               result.untuned_s * 1e3, None, None, None,
@@ -249,22 +260,32 @@ def model_row(name: str, target, seconds: float, dev: Devices, work: Path, repea
     module = module.to(dev.torch)
     t_x = example[0].to(dev.torch)
     with torch.no_grad():
-        want = module(t_x)
-        got = compiled(x)[0]
-        row.max_rel_err = max_rel_err(got, want.cpu().numpy())
-        vm_main, args = compiled.function, dev.tensors([x], [])
-
-        def ours():
-            vm_main(*args)
-            dev.sync_tvm()
+        want = module(t_x).cpu().numpy()
+        row.max_rel_err = max_rel_err(compiled(x)[0], want)
+        args = dev.tensors([x], [])
+        calls = {"autosched": timed_call(compiled.function, args, dev.sync_tvm)}
+        if graphed is not None:
+            row.max_rel_err = max(row.max_rel_err, max_rel_err(graphed(x)[0], want))
+            calls["cuda_graph"] = timed_call(graphed.function, args, dev.sync_tvm)
 
         def theirs():
             module(t_x)
             dev.sync_torch()
 
-        times = time_pair({"autosched": ours, "torch": theirs}, repeat)
-    row.autosched_ms, row.torch_ms = times["autosched"], times["torch"]
+        times = time_pair({**calls, "torch": theirs}, repeat)
+    row.autosched_ms, row.torch_ms, row.graph_ms = times["autosched"], times["torch"], times.get("cuda_graph")
+    if row.graph_ms is not None:
+        row.notes.append(f"with CUDA graphs: {row.graph_ms:.3f} ms ({row.torch_ms / row.graph_ms:.2f} vs torch)")
+    row.notes += ["per call (VM instrument hook, device synchronised around each call):",
+                  *profile(compiled, [x]).table(top=14).splitlines()]
     return row
+
+
+def timed_call(function, args, sync):
+    def call():
+        function(*args)
+        sync()
+    return call
 
 
 def machine() -> dict:
@@ -304,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--target", default="", help="default: this GPU's architecture (sm_XX); llvm: this CPU")
     p.add_argument("--budget-s", type=float, default=400.0, help="tuning seconds for all four cases together")
+    p.add_argument("--model-share", type=float, default=SHARES["model"],
+                   help="the model's share of --budget-s (the kernels split the rest)")
     p.add_argument("--small", action="store_true", help="small shapes and the tiny CNN (a dry run of the steps)")
     p.add_argument("--repeat", type=int, default=7, help="timing rounds per contender")
     p.add_argument("--out", default="gpu_check", help="JSON name under bench/results/")
@@ -328,10 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         work = Path(tmp)
-        rows = kernel_rows(target, shapes, args.budget_s, devices, work, args.repeat)
-        print(f"[model] tuning {shapes['model']} for {args.budget_s * SHARES['model']:.0f} s ...", flush=True)
+        share = shares(args.model_share)
+        rows = kernel_rows(target, shapes, args.budget_s, devices, work, args.repeat, share)
+        print(f"[model] tuning {shapes['model']} for {args.budget_s * share['model']:.0f} s ...", flush=True)
         try:
-            rows.append(model_row(shapes["model"], target, args.budget_s * SHARES["model"], devices, work,
+            rows.append(model_row(shapes["model"], target, args.budget_s * share["model"], devices, work,
                                   args.repeat))
         except Exception as err:  # noqa: BLE001
             rows.append(Row("model", shapes["model"], None, 0.0, 0, None, None, None, None,
@@ -345,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
 
         info["gpu"] = torch.cuda.get_device_name(0)
     path = write_json(args.out, {"machine": info, "target": str(target), "budget_s": args.budget_s,
+                                 "model_share": args.model_share,
                                  "small": args.small, "wall_s": wall_s,
                                  "rows": [{**asdict(r), "speed_vs_torch": r.speed_vs_torch} for r in rows]})
     print(f"wrote {path}")

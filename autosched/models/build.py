@@ -194,6 +194,9 @@ def _best_schedule_record(db: Database | None, key: str, tjson: str, skipped: Co
     return best if scheduled else None
 
 
+CUDA_GRAPH_CONFIG = "relax.backend.use_cuda_graph"  # TVM's pass config: capture kernel launches as CUDA graphs
+
+
 @dataclass
 class CompiledModel:
     """A built model: call it with numpy arrays, time it, or export it as a shared library."""
@@ -266,11 +269,13 @@ class CompiledModel:
 
 def compile_model(model: Model, target: Target, db: Database | None = None, default_schedules: bool = True,
                   fused: IRModule | None = None, on_progress: Callable[[str], None] | None = None,
-                  donor: IRModule | None = None) -> CompiledModel:
+                  donor: IRModule | None = None, cuda_graph: bool = False) -> CompiledModel:
     """Graph rewrites, the database's best schedules (default ones for the rest; on a GPU dlight's where there
     is neither), then TVM's build. ``fused``: the model already through ``rewrite`` for this target (saves doing
     it again). ``donor``: the same model at other sizes, through ``rewrite``: its groups' records are refitted
-    to the groups here that have none (``apply_database``).
+    to the groups here that have none (``apply_database``). ``cuda_graph`` (a GPU build): the VM captures the
+    model's static-shape kernel launches as CUDA graphs on the first call and replays them after (TVM's
+    ``RewriteCUDAGraph``), one launch instead of one per kernel.
     ``on_progress(detail)``: how far it is, for a progress display."""
     fused = fused if fused is not None else rewrite(model.mod, target)
     say = on_progress or (lambda detail: None)
@@ -282,7 +287,7 @@ def compile_model(model: Model, target: Target, db: Database | None = None, defa
     final = run_passes(scheduled, target, FINISH_PASSES, model_name=model.name)
     if is_gpu(target):  # after the finish passes: any kernel they add is scheduled too
         final = dlight_schedules(final, target, sources)
-    compiled = CompiledModel(_build(final, target, model.name), model.inputs, target_json(target), sources,
+    compiled = CompiledModel(_build(final, target, model.name, cuda_graph), model.inputs, target_json(target), sources,
                              borrowed, skipped, model.entry, precision_of(model.mod))
     if compiled.precision != "fp32":
         say("accuracy against float32")
@@ -308,9 +313,12 @@ def precision_error(model: Model, compiled: CompiledModel, target: Target, n_inp
     return max(max_relative_error(compiled(*x), w) for x, w in zip(inputs, want, strict=True))
 
 
-def _build(mod: IRModule, target: Target, model_name: str) -> Any:
+def _build(mod: IRModule, target: Target, model_name: str, cuda_graph: bool = False) -> Any:
     """TVM's build of the whole graph; a failure is one line naming the model and the operator."""
     try:
+        if cuda_graph and is_gpu(target):
+            with tvm.transform.PassContext(config={CUDA_GRAPH_CONFIG: True}):
+                return tvm.compile(mod, target=target)
         return tvm.compile(mod, target=target)
     except Exception as err:  # TVM raises InternalError, TVMError, ValueError, ...
         raise GraphError(f"{model_name}: TVM's build failed on {failure_reason(err)}") from err

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On a lent GPU machine (bare, no registry; see bench/device/pack.sh), in two calls since one transfer holds 64 MiB:
 #   bash bench/device/gpu_run.sh stash      # carry .dev/p1: keeps TVM's first part on the machine, probes it
-#   bash bench/device/gpu_run.sh run [S]    # carry .dev/p2: installs, runs the GPU tests and bench/gpu_check.py
-#                                           #   (S tuning seconds for its four cases; default 240)
+#   bash bench/device/gpu_run.sh run [S [M]]  # carry .dev/p2: installs, runs the GPU tests and bench/gpu_check.py
+#                                             #   (S tuning seconds for its four cases, default 240; M the model's
+#                                             #   share of them, default 0.35)
 # Logs and the JSON land in $OUT (the device tool brings that folder back).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,6 +34,7 @@ if [ "${1:-run}" = stash ]; then
 fi
 
 budget=${2:-240}
+share=${3:-0.35}
 site=/tmp/site; rm -rf "$site"; mkdir -p "$site"
 part1=$(ls "$STASH"/tvm.tar.xz.part-aa .dev/p1/tvm.tar.xz.part-aa 2>/dev/null | head -1)
 [ -n "$part1" ] || { echo "TVM's first part is not on this machine: run 'gpu_run.sh stash' first (carry .dev/p1)"; exit 3; }
@@ -45,12 +47,13 @@ probe
 "$PY" -c "import tvm; d = tvm.cuda(0); print('tvm', tvm.__version__, 'cuda', d.exist, d.compute_version)" || exit 3
 
 echo "== $(date -u +%T) GPU tests"
-timeout 240 "$PY" -m pytest -p no:cacheprovider -m gpu -rs -q --timeout 180 \
-  tests/measure/test_cuda.py tests/spaces/test_cuda_codegen.py tests/models/test_cuda_models.py \
+TESTS=${TESTS:-tests/measure/test_cuda.py tests/spaces/test_cuda_codegen.py tests/models/test_cuda_models.py}
+timeout 240 "$PY" -m pytest -p no:cacheprovider -m gpu -rs -q --timeout 180 $TESTS \
   2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.log" | tail -40
 
-echo "== $(date -u +%T) bench/gpu_check.py --budget-s $budget"
-timeout $((budget + 240)) "$PY" bench/gpu_check.py --budget-s "$budget" --repeat 7 --out gpu_check_h200 \
+echo "== $(date -u +%T) bench/gpu_check.py --budget-s $budget --model-share $share"
+timeout $((budget + 240)) "$PY" bench/gpu_check.py --budget-s "$budget" --model-share "$share" --repeat 7 \
+  --out gpu_check_h200 \
   2>&1 | grep -v Warning > "$OUT/gpu_check.log"
 cp bench/results/gpu_check_h200.json "$OUT"/ 2>/dev/null
-tail -25 "$OUT/gpu_check.log"; echo "== $(date -u +%T) done"
+tail -45 "$OUT/gpu_check.log"; echo "== $(date -u +%T) done"

@@ -41,6 +41,15 @@ def test_the_script_runs_its_steps_on_this_cpu(tmp_path, capsys):
     check_rows(tmp_path / "dry.json", 4)
     printed = capsys.readouterr().out
     assert "fp32 matmul at" in printed and "tiny_cnn" in printed
+    model = json.loads((tmp_path / "dry.json").read_text())["rows"][3]
+    assert any(n.startswith("kernels ") and "whole call" in n for n in model["notes"]), model["notes"]  # profile
+    assert model["graph_ms"] is None  # CUDA graphs only on a GPU
+
+
+def test_the_model_share_takes_its_part_of_the_budget_and_the_kernels_split_the_rest():
+    share = load_script().shares(0.5)
+    assert share["model"] == 0.5 and sum(share.values()) == pytest.approx(1.0)
+    assert share["matmul_fp32"] == share["matmul_fp16"] > share["conv2d"]
 
 
 def test_without_a_gpu_it_says_so_and_exits_2(capsys):

@@ -96,6 +96,14 @@ def test_groups_without_a_schedule_get_dlights_and_tuned_ones_are_left_alone(tin
     assert compiled.sources == sources and cuda_kinds(compiled.executable) == (["llvm"], ["cuda"])
 
 
+def test_a_cuda_graph_build_captures_the_launches_and_a_cpu_build_ignores_the_option(tiny_cnn, sm80):
+    graph = compile_model(tiny_cnn, sm80, cuda_graph=True).executable.as_text()
+    plain = compile_model(tiny_cnn, sm80).executable.as_text()
+    assert "vm.builtin.cuda_graph.run_or_capture" in graph and "cuda_graph" not in plain
+    cpu = compile_model(tiny_cnn, make_target("llvm", 1), cuda_graph=True)
+    assert "cuda_graph" not in cpu.executable.as_text()
+
+
 def test_the_untuned_cuda_baseline_is_dlights_everywhere(tiny_cnn, sm80):
     compiled = compile_unscheduled(tiny_cnn, sm80)
     assert set(compiled.sources.values()) == {DLIGHT}
@@ -177,6 +185,14 @@ def test_a_model_on_the_gpu_matches_its_cpu_build_and_times(tiny_cnn, cpu_build,
         np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-3, atol=1e-4)
     times = compiled.time(x, n_threads=1, repeat=3, min_repeat_ms=1)
     assert len(times) == 3 and all(t > 0 for t in times)
+
+
+@pytest.mark.gpu
+def test_a_cuda_graph_build_matches_and_replays(tiny_cnn, cpu_build, gpu_target):
+    compiled = compile_model(tiny_cnn, gpu_target, cuda_graph=True)
+    for seed in range(3):  # the first call captures, the others replay the graph on new inputs
+        x = tiny_cnn.random_inputs(seed)
+        np.testing.assert_allclose(compiled(*x)[0], cpu_build(*x)[0], rtol=1e-3, atol=1e-4)
 
 
 @pytest.mark.gpu
