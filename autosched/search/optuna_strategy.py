@@ -50,6 +50,7 @@ TIMING_ATTR = "timing_s"  # set on measured trials: {"search": s, "build": s, "m
 
 CONSTRAINT = "measured_ok"
 OWNER_ATTR = "owner"  # set on asked trials: [host, pid, process start time] of the tuner measuring it
+MAX_PREBUILT = 256  # repaired settings' schedules kept until the sampler asks them (each built once)
 ORPHAN_AFTER_S = 3600.0  # a RUNNING trial without an owner (older autosched) is stale after this long
 
 
@@ -77,6 +78,10 @@ def mark_outcome(trial: Trial, status: Status, error: str | None = None) -> None
     trial.set_constraint(CONSTRAINT, 0.0 if status is Status.OK else 1.0)
     if error:
         trial.set_user_attr("error", error[:500])
+
+
+def _params_key(params: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, int(v) if isinstance(v, float) and v.is_integer() else v) for k, v in params.items()))
 
 
 def _tpe(seed: int) -> optuna.samplers.BaseSampler:
@@ -121,6 +126,7 @@ class OptunaStrategy(SearchStrategy):
         self._fail_stale_trials()
         self._seen: dict[str, MeasureResult] = dict(seen or {})  # dedup key -> result of that schedule
         self._pending: dict[str, Trial] = {}
+        self._prebuilt: dict[tuple, Any] = {}  # a repaired setting (_params_key) -> the schedule repair built
         self._rejected: list[Candidate] = []
         self._scores: dict[str, float] = {}  # predicted scores of enqueued proposals
         self.max_tries_per_ask = max_tries_per_ask
@@ -284,10 +290,10 @@ class OptunaStrategy(SearchStrategy):
         try:
             sch = self.space.apply(params)
         except InvalidConfig:
-            params = self._repaired(params, seed=self.seed + len(pool))
-            if params is None:
+            repaired = self._repaired(params, seed=self.seed + len(pool))
+            if repaired is None:
                 return False
-            sch = self.space.apply(params)
+            params, sch = repaired
         key = schedule_key(self.space.effective_decisions(sch))
         if key not in self._seen and key not in self._pending:
             pool.setdefault(key, (params, sch))
@@ -332,12 +338,15 @@ class OptunaStrategy(SearchStrategy):
             trial = self._ask_owned()
             params = self._suggest(trial)
             try:
-                sch = self.space.apply(params)
+                sch = self._prebuilt.pop(_params_key(params), None) or self.space.apply(params)
             except InvalidConfig as err:
                 self._reject(trial, params, str(err))
                 repaired = self._repaired(params, seed=self.seed + trial.number)
-                if repaired is not None:  # asked next (a GPU space: most raw settings are illegal)
-                    self.propose(repaired)
+                if repaired is not None:  # asked next (a GPU space: most raw settings are illegal), built once
+                    if len(self._prebuilt) >= MAX_PREBUILT:
+                        self._prebuilt.clear()
+                    self._prebuilt[_params_key(repaired[0])] = repaired[1]
+                    self.propose(repaired[0])
                 continue
             cand = Candidate(self.task_key, params, decisions=self.space.effective_decisions(sch),
                              trial_number=trial.number)
@@ -360,10 +369,9 @@ class OptunaStrategy(SearchStrategy):
         self.exhausted = len(out) < n
         return out
 
-    def _repaired(self, params: dict[str, Any], seed: int) -> dict[str, Any] | None:
-        """A legal setting near the rejected ``params`` where the space repairs (GPU spaces), else None."""
-        repair = getattr(self.space, "repair", None)  # spaces written against the older interface have none
-        return repair(params, seed=seed) if repair is not None else None
+    def _repaired(self, params: dict[str, Any], seed: int) -> tuple[dict[str, Any], Any] | None:
+        """A legal setting near the rejected ``params`` and its schedule, where the space repairs (GPU spaces)."""
+        return self.space.repair(params, seed=seed)
 
     def _random_params(self, seed: int) -> dict[str, Any]:
         """A point drawn uniformly from the space (the design first, then its knobs), reproducible by ``seed``."""

@@ -23,8 +23,9 @@ class SearchSpace(abc.ABC):
     def apply(self, params: dict[str, Any]) -> Schedule:
         """A postprocessed schedule for these knob values; raises InvalidConfig for an illegal combination."""
 
-    def repair(self, params: dict[str, Any], seed: int = 0) -> dict[str, Any] | None:
-        """A legal setting near ``params``, which ``apply`` rejected, or None (default: no repair)."""
+    def repair(self, params: dict[str, Any], seed: int = 0) -> tuple[dict[str, Any], Schedule] | None:
+        """A legal setting near ``params``, which ``apply`` rejected, with the schedule ``apply`` built for it; or
+        None (default: no repair)."""
         return None
 
     def size(self) -> int:

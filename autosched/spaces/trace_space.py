@@ -239,8 +239,9 @@ class TraceSearchSpace(SearchSpace):
         return self._schedule(trace, decisions)
 
     def repair(self, params: dict[str, Any], seed: int = 0, max_steps: int = 200, max_applies: int = 10
-               ) -> dict[str, Any] | None:
-        """On a GPU, a legal setting near ``params`` (which VerifyGPUCode or a check rejected), or None.
+               ) -> tuple[dict[str, Any], Schedule] | None:
+        """On a GPU, a legal setting near ``params`` (which VerifyGPUCode or a check rejected) and its schedule,
+        or None.
 
         Uniform knob settings of a large GPU kernel pass under 1% of the time (4096^3 matmul on sm_90: 2 of 400):
         the threads of a block must number 32..max_threads_per_block, its virtual threads at most 8, its shared
@@ -290,8 +291,7 @@ class TraceSearchSpace(SearchSpace):
                     moved = shrink([n for n in tiles if n not in threads and n not in vthreads])
             else:
                 try:
-                    self.apply(out)
-                    return out
+                    return out, self.apply(out)
                 except InvalidConfig:
                     applies += 1
                     if applies >= max_applies:

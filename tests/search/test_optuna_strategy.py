@@ -13,6 +13,7 @@ from optuna.trial import TrialState
 from autosched.errors import InvalidConfig, UnknownNameError
 from autosched.records import MeasureResult, Status
 from autosched.search.optuna_strategy import CONSTRAINT, OWNER_ATTR, SAMPLERS, OptunaStrategy, create_sampler
+from autosched.spaces.base import SearchSpace
 
 
 def _strategy(space, sampler="tpe", seed=0):
@@ -42,7 +43,7 @@ def test_measured_failure_is_pruned_and_violates_the_constraint(matmul_space, st
 
 
 def test_rejected_candidates_are_pruned_and_never_returned(matmul_space):
-    class HalfInvalid:
+    class HalfInvalid(SearchSpace):
         version = 1
 
         def __init__(self, inner):
@@ -73,8 +74,43 @@ def test_rejected_candidates_are_pruned_and_never_returned(matmul_space):
     assert s.drain_rejected() == []
 
 
+def test_a_repaired_setting_is_asked_next_and_built_once(matmul_space):
+    class Repairing(SearchSpace):  # design 0 is illegal; repair moves a setting to design 1
+        version = 1
+
+        def __init__(self):
+            self.built = []
+
+        def knobs(self, design=None):
+            return matmul_space.knobs(design)
+
+        def size(self):
+            return matmul_space.size()
+
+        def apply(self, params):
+            self.built.append(dict(params))
+            if params["design"] == 0:
+                raise InvalidConfig("design 0 is forbidden here")
+            return matmul_space.apply(params)
+
+        def repair(self, params, seed=0):
+            fixed = {"design": 1, **{k: d.low for k, d in matmul_space.knobs(1).items()}}
+            return fixed, matmul_space.apply(fixed)
+
+        def effective_decisions(self, sch):
+            return matmul_space.effective_decisions(sch)
+
+    space = Repairing()
+    s = _strategy(space, sampler="random", seed=1)
+    s.propose({"design": 0, **{k: d.low for k, d in matmul_space.knobs(0).items()}})  # asked first, rejected
+    cands = s.ask(2)
+    fixed = {"design": 1, **{k: d.low for k, d in matmul_space.knobs(1).items()}}
+    assert space.built[0]["design"] == 0 and cands[0].params == fixed  # the repaired setting was asked next
+    assert not any(p == fixed for p in space.built)  # with the schedule repair built, not built again
+
+
 def test_duplicate_schedule_is_not_measured_twice(matmul_space):
-    class OnePoint:
+    class OnePoint(SearchSpace):
         version = 1
 
         def knobs(self, design=None):
@@ -206,3 +242,4 @@ def test_a_sibling_shapes_best_is_fitted_into_this_space(matmul_space, cpu_targe
     small.propose({k: v for k, v in fitted.items() if k == "design" or k in matmul_space.knobs(fitted["design"])})
     (cand,) = small.ask(1)
     assert all(cand.params[k] == fitted[k] for k in cand.params)
+

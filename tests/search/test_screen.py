@@ -14,6 +14,7 @@ from autosched.measure.base import TaskIO
 from autosched.records import Status, schedule_key
 from autosched.search.optuna_strategy import OptunaStrategy
 from autosched.search.screen import ModelScreen
+from autosched.spaces.base import SearchSpace
 from autosched.testing.fakes import NullBuilder, NullRunner
 from autosched.tune import tune_task
 
@@ -201,7 +202,7 @@ def test_model_guided_local_search_adds_mutants_of_the_best_predicted(matmul_tas
 def test_screening_works_for_a_space_without_designs(matmul_task, matmul_space):
     """SearchSpace makes the ``design`` knob optional: neighbours and mutants of a flat space mutate its knobs."""
 
-    class Flat:  # design 0 of the matmul space, with no design knob
+    class Flat(SearchSpace):  # design 0 of the matmul space, with no design knob
         version = 1
 
         def knobs(self, design=None):

@@ -206,7 +206,7 @@ def test_repair_makes_illegal_settings_of_a_large_kernel_legal_within_the_thread
         except InvalidConfig:
             illegal.append(params)
     assert len(illegal) >= 20  # uniform settings of this kernel: under 1% legal (a search found nothing to measure)
-    repaired = [r for i, params in enumerate(illegal) if (r := space.repair(params, seed=i)) is not None]
+    repaired = [r[0] for i, params in enumerate(illegal) if (r := space.repair(params, seed=i)) is not None]
     assert len(repaired) >= 0.8 * len(illegal)
     assert len({tuple(sorted(r.items())) for r in repaired}) >= len(repaired) // 2  # not one fixed point
     for params in repaired[:4]:
