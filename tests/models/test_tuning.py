@@ -18,6 +18,7 @@ from autosched.models.tuning import tune_model_tasks
 from autosched.records import Candidate, MeasureResult, Status
 from autosched.session import TuningSession
 from autosched.spaces.settings import settings_for
+from autosched.spaces.trace_space import TraceSearchSpace
 from autosched.tasks import op_task
 from autosched.testing.fakes import ListStrategy, NullBuilder, NullRunner, hashed_latency
 from autosched.tune import BASELINE_DECISIONS, Deadline, tune_task
@@ -131,6 +132,9 @@ def test_time_budget_stops_in_time_with_every_measurement_saved_and_cheap_tasks_
     assert measured == round(20.0 / 0.5)  # every fake half-second of the budget was a saved measurement
     dense, gelu, bias, small = (records[t.name] for t in tasks)
     assert len(bias) == 2 and bias[0].decisions == BASELINE_DECISIONS and bias[1].trace_json is not None  # default
+    for task in tasks:  # every task's default measured right after its baseline: compile applies no unmeasured one
+        space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=session.config.seed)
+        assert records[task.name][1].params == space.default_schedule()[0], task.name
     assert len(gelu) > 8 and len(dense) > 8  # the high-share GELU is searched like the dense layer
     assert session.searched[:2] == ["out-elementwise-fusable:" + tasks[0].name, "elementwise:" + tasks[1].name]
     assert "elementwise:" + tasks[2].name not in session.searched
