@@ -110,6 +110,8 @@ def _add_model_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--tolerance", type=float, help="max relative error vs ONNX Runtime (1e-3; 2e-2 with --precision "
                                                    "bf16, 1e-2 with fp16, 5e-2 with int8)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="also time every kernel of the tuned build and show the N slowest with their schedules")
     _bucket_arg(p)
     _padding_arg(p)
 

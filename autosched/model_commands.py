@@ -376,7 +376,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     out.print(table)
     n = tuned.counts()
     _print_precision(tuned)
-    out.print(f"fusion groups: {n['tuned']} tuned, {n['default']} default schedule, {n['unscheduled']} unscheduled")
+    dlight = f", {n['dlight']} dlight" if n["dlight"] else ""
+    out.print(f"fusion groups: {n['tuned']} tuned, {n['default']} default schedule{dlight}, {n['unscheduled']} "
+              "unscheduled")
+    if args.profile > 0:
+        from autosched.models.profiling import profile
+
+        out.print(f"per call (TVM's kernels and the VM's builtins, {args.threads} thread(s), ms per inference):")
+        out.print(profile(tuned, inputs).table(top=args.profile), highlight=False)
     tolerance = _tolerance(args)
     if worst > tolerance:
         err.print(f"autosched: error: tuned outputs differ from ONNX Runtime's (max rel. error {worst:.2e} > "

@@ -87,9 +87,10 @@ def test_tune_compile_run_end_to_end(onnx_file, tmp_path, capsys):
     assert "estimated kernel time per inference" in out.out and "2 tasks" in out.err
     assert main(["compile", *common, "--db", str(db), "-o", str(lib)]) == 0
     assert "2 tuned" in capsys.readouterr().out and lib.exists() and (tmp_path / "mlp.so.json").exists()
-    assert main(["run", *common, "--db", str(db), "--repeat", "2"]) == 0
+    assert main(["run", *common, "--db", str(db), "--repeat", "2", "--profile", "5"]) == 0
     out = capsys.readouterr().out
     assert "ONNX Runtime" in out and "outputs match ONNX Runtime" in out and "2 tuned" in out
+    assert "per call" in out and "whole call" in out and out.count("  tuned\n") == 2  # both groups, with sources
     at_two = [str(model), "--input", "x:2x16", "--threads", "2"]  # tuned at 1 thread, served at 2
     assert main(["compile", *at_two, "--db", str(db), "-o", str(lib)]) == 0
     out = capsys.readouterr()

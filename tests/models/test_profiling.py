@@ -20,4 +20,5 @@ def test_profile_times_every_fusion_group_and_the_whole_call(cpu_target):
     assert [c.ms for c in prof.calls] == sorted((c.ms for c in prof.calls), reverse=True)
     assert 0 < prof.kernels_ms and prof.whole_ms > 0
     table = prof.table(top=2)
-    assert prof.calls[0].name[:48] in table and "whole call" in table
+    slowest = next(c for c in prof.calls if c.source != "vm")
+    assert slowest.name[:48] in table and "whole call" in table and "vm.builtin" not in table
