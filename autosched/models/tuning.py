@@ -176,7 +176,8 @@ def measure_defaults(session, scheduler: TaskScheduler, db: Database, deadline: 
                      report: Callable[[str], None]) -> tuple[bool, int]:
     """Every task's default schedule (the cheap tasks' first), a batch at a time (each a trial of the budget),
     kept as records so ``compile`` uses the faster of the default schedule and the untuned build. Tasks other
-    workers hold wait for a later batch. Returns False if time ran out, and how many this worker measured."""
+    workers hold wait for a later batch; once only searched tasks are left and others hold them, they are left
+    to the search. Returns False if time ran out, and how many this worker measured."""
     todo = sorted(scheduler.states, key=lambda s: not s.cheap)  # stable: the scheduler's order otherwise
     started, n_batches, n_new = deadline.clock(), 0, 0
     leases = db.leases()
@@ -188,7 +189,9 @@ def measure_defaults(session, scheduler: TaskScheduler, db: Database, deadline: 
         for s in todo:  # the first n that no other worker holds
             if len(batch) < n and leases.try_hold(s.task.key):
                 batch.append(s)
-        if not batch:  # all held by other workers: look again soon
+        if not batch:  # all held by other workers: look again soon, for a cheap task (no search will measure it)
+            if not any(s.cheap for s in todo):
+                break
             time.sleep(leases.poll_s)
             refresh(scheduler, db, leases)
             continue
