@@ -3,7 +3,8 @@
 The run goes: each task's untuned baseline (kept as a record); then every task's default schedule, measured
 once (what ``compile`` applies to a task that was never searched: measured, so that it is used only where it
 beats the baseline: an Inception-v3 pooling ran 25x slower on its first design's default than untuned), the
-cheap tasks (``mark_cheap``) first, which keep it instead of a search; then search rounds, each to the task the
+cheap tasks (``mark_cheap``) first, which keep it instead of a search (on a GPU only theirs: a group without a
+record gets dlight's schedule, the baseline); then search rounds, each to the task the
 scheduler expects to gain the most. A deadline is checked before each baseline, each batch of default
 schedules, each round (the scheduler only starts one expected to end in time) and, in ``tune_task``, before
 each batch of a round (a batch whose proposals took the time left is dropped). Everything measured is in
@@ -34,6 +35,7 @@ from autosched.models.scheduler import INF, TaskScheduler, TaskState, mark_cheap
 from autosched.records import Candidate, Status, TuningRecord, schedule_key
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
+from autosched.targets import device_kind
 from autosched.tasks import Task
 from autosched.tune import BASELINE_DECISIONS, NO_DEADLINE, Deadline, baseline_record, eta_s, to_record
 
@@ -174,11 +176,14 @@ def default_candidate(task: Task, db: Database, seed: int) -> Candidate | None:
 
 def measure_defaults(session, scheduler: TaskScheduler, db: Database, deadline: Deadline,
                      report: Callable[[str], None]) -> tuple[bool, int]:
-    """Every task's default schedule (the cheap tasks' first), a batch at a time (each a trial of the budget),
-    kept as records so ``compile`` uses the faster of the default schedule and the untuned build. Tasks other
-    workers hold wait for a later batch; once only searched tasks are left and others hold them, they are left
-    to the search. Returns False if time ran out, and how many this worker measured."""
-    todo = sorted(scheduler.states, key=lambda s: not s.cheap)  # stable: the scheduler's order otherwise
+    """Every task's default schedule (the cheap tasks' first; on a GPU only theirs), a batch at a time (each a
+    trial of the budget), kept as records so ``compile`` uses the faster of the default schedule and the untuned
+    build. Tasks other workers hold wait for a later batch; once only searched tasks are left and others hold
+    them, they are left to the search. Returns False if time ran out, and how many this worker measured."""
+    # cheap tasks first (stable: the scheduler's order otherwise); on a GPU only those: a group without a
+    # schedule gets dlight's there, the baseline itself, so the default is left to the search
+    todo = [s for s in sorted(scheduler.states, key=lambda s: not s.cheap)
+            if s.cheap or device_kind(s.task.target) == "cpu"]
     started, n_batches, n_new = deadline.clock(), 0, 0
     leases = db.leases()
     while todo and scheduler.trials_left > 0:

@@ -19,7 +19,7 @@ from autosched.records import Candidate, MeasureResult, Status
 from autosched.session import TuningSession
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
-from autosched.tasks import op_task
+from autosched.tasks import make_target, op_task
 from autosched.testing.fakes import ListStrategy, NullBuilder, NullRunner, hashed_latency
 from autosched.tune import BASELINE_DECISIONS, Deadline, tune_task
 
@@ -140,6 +140,20 @@ def test_time_budget_stops_in_time_with_every_measurement_saved_and_cheap_tasks_
     assert "elementwise:" + tasks[2].name not in session.searched
     assert (result.n_tasks, result.n_tuned, result.n_default, result.unmeasured) == (4, 3, 1, [])
     assert [s.cheap for s in result.states] == [False, False, True, False]
+
+
+def test_on_a_gpu_only_the_cheap_tasks_defaults_are_measured():
+    # a GPU group with no record gets dlight's schedule (the baseline itself): the search decides the rest
+    target = make_target("sm_80")
+    version = settings_for(target).version
+    dense, bias = op_task("matmul", (64, 64, 64), target, version), op_task("elementwise", (32,), target, version)
+    dense.info["pattern"], bias.info["pattern"] = "out-elementwise-fusable", "elementwise"
+    session, db = FakeSession({dense.key: 4e-3, bias.key: 2e-5}), MemoryDatabase()
+    tune_model_tasks(session, [dense, bias], db, 3)
+    for task, measured in ((dense, False), (bias, True)):
+        space = TraceSearchSpace(task.mod, target, settings_for(target), seed=session.config.seed)
+        default = space.default_schedule()[0]
+        assert any(r.params == default for r in db.records(task.key)) == measured, task.name
 
 
 def test_time_budget_ending_during_the_baselines_keeps_the_measured_ones(model_tasks):
