@@ -296,12 +296,16 @@ class SQLDatabase(Database):
         mid-transaction, still holding SQLite's write lock: wait at most RELEASE_WAIT_S for it, not the 60 s of
         other writes (the claim expires anyway, and a gone worker's claims are taken over at once)."""
         c = self._claims_table().c
-        with self._errors(), self.engine.begin() as conn:
-            sqlite = self.engine.dialect.name == "sqlite"
-            if sqlite:
+        sqlite = self.engine.dialect.name == "sqlite"
+        with self._errors(), self.engine.connect() as conn:  # commit-as-you-go: the commit waits under the short wait
+            if sqlite:  # the commit is where SQLite waits for the readers' locks to end
                 conn.exec_driver_sql(f"PRAGMA busy_timeout={int(RELEASE_WAIT_S * 1000)}")
             try:
                 conn.execute(claim_table.delete().where(c.task_key == task_key).where(c.worker_id == worker_id))
+                conn.commit()
+            except BaseException:
+                conn.rollback()  # a failed commit leaves the transaction open
+                raise
             finally:
                 if sqlite:  # the pooled connection goes back with its usual wait
                     conn.exec_driver_sql(f"PRAGMA busy_timeout={int(SQLITE_WAIT_S * 1000)}")

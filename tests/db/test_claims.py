@@ -209,9 +209,12 @@ def test_the_claim_of_a_killed_worker_of_this_machine_is_taken_over_at_once(tmp_
     db.close()
 
 
-def test_a_release_waits_seconds_not_a_minute_for_a_lock_this_process_left_behind(tmp_path, caplog):
-    """Ctrl-C inside a commit can leave a connection of this very process holding SQLite's write lock; the claims
-    released on the way out must not wait out the 60 s busy timeout (they expire anyway)."""
+@pytest.mark.parametrize("left_behind", [["BEGIN IMMEDIATE"], ["BEGIN", "SELECT * FROM autosched_claims"]],
+                         ids=["write-lock", "read-lock"])
+def test_a_release_waits_seconds_not_a_minute_for_a_lock_this_process_left_behind(tmp_path, caplog, left_behind):
+    """Ctrl-C inside a transaction can leave a connection of this very process holding SQLite's write lock, or a
+    read lock that the release's commit waits on; the claims released on the way out must not wait out the 60 s
+    busy timeout (they expire anyway)."""
     import sqlite3
 
     from autosched.db import sql
@@ -220,7 +223,8 @@ def test_a_release_waits_seconds_not_a_minute_for_a_lock_this_process_left_behin
     leases = Leases(db, worker_id="me")
     assert leases.try_hold("t1")
     stuck = sqlite3.connect(tmp_path / "c.db", isolation_level=None)
-    stuck.execute("BEGIN IMMEDIATE")  # the write lock, never committed
+    for sql_text in left_behind:  # a lock never let go
+        stuck.execute(sql_text).fetchall()
     start = time.perf_counter()
     leases.release("t1")  # warns, does not raise
     assert time.perf_counter() - start < sql.RELEASE_WAIT_S + 3
