@@ -245,13 +245,14 @@ def _optuna_timings(db: Database, keys: list[str]) -> dict[str, list[dict]]:
     if "studies" not in sa.inspect(engine).get_table_names():
         return {}
     storage = db.optuna_storage()
+    names = [s.study_name for s in storage.get_all_studies()]
     out: dict[str, list[dict]] = {}
-    for key in keys:
-        try:
-            study_id = storage.get_study_id_from_name(f"autosched-{key}")
-        except KeyError:
+    for key in keys:  # a task's study, and one begun when its space gained a design (OptunaStrategy._open_study)
+        ids = [storage.get_study_id_from_name(n) for n in names
+               if n == f"autosched-{key}" or n.startswith(f"autosched-{key}@")]
+        if not ids:
             continue
-        trials = storage.get_all_trials(study_id, deepcopy=False)
+        trials = [t for i in ids for t in storage.get_all_trials(i, deepcopy=False)]
         out[key] = [t.user_attrs.get(TIMING_ATTR) for t in trials
                     if t.state.is_finished() and t.user_attrs.get("status") not in (None, Status.INVALID.value)
                     and not t.user_attrs.get("duplicate")]

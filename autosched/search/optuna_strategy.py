@@ -120,9 +120,7 @@ class OptunaStrategy(SearchStrategy):
                  screen: ModelScreen | None = None):
         self.space, self.task_key, self.seed, self.screen = space, task_key, seed, screen
         self._sampler_spec = sampler
-        self.study = optuna.create_study(study_name=f"autosched-{task_key}", storage=storage,
-                                         sampler=create_sampler(sampler, seed), direction="minimize",
-                                         load_if_exists=True)
+        self.study = self._open_study(f"autosched-{task_key}", storage, create_sampler(sampler, seed))
         self._fail_stale_trials()
         self._seen: dict[str, MeasureResult] = dict(seen or {})  # dedup key -> result of that schedule
         self._pending: dict[str, Trial] = {}
@@ -133,6 +131,25 @@ class OptunaStrategy(SearchStrategy):
         self.exhausted = False
         self._search_s = 0.0  # search time not yet charged to a batch (the last refit, the current ask)
         self._asked_at = 0.0  # time.perf_counter() when the last ask returned
+
+    def _open_study(self, name: str, storage: Any, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+        """The task's study; where a stored one chose among fewer designs than the space has now (a design
+        added since, appended after the others), a study of its own (``<name>@<n>designs``): Optuna cannot
+        widen a categorical knob of a study it has sampled (the measured records still count, through ``seen``
+        and the database)."""
+        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="minimize",
+                                    load_if_exists=True)
+        design = self.space.knobs().get("design")
+        if not isinstance(design, CategoricalDistribution):
+            return study
+        for t in study.get_trials(deepcopy=False):
+            stored = t.distributions.get("design")
+            if isinstance(stored, CategoricalDistribution):
+                if tuple(stored.choices) == tuple(design.choices):
+                    return study
+                return optuna.create_study(study_name=f"{name}@{len(design.choices)}designs", storage=storage,
+                                           sampler=sampler, direction="minimize", load_if_exists=True)
+        return study
 
     def _fail_stale_trials(self) -> None:
         """Trials left RUNNING by an interrupted run are our own failure, not measurements. Trials of tuners

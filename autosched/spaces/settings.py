@@ -33,6 +33,7 @@ class SpaceSettings:
     checks: dict[str, int] = field(default_factory=dict)
     fast_math: tuple[str, ...] = ()  # float32 calls rewritten as vectorisable arithmetic (spaces/fast_math.py)
     fuse_epilogues: bool = False  # keep only the designs that fuse the most epilogues into their producer
+    stream_reductions: bool = False  # one more design for reductions along a kept axis (spaces/streaming.py)
 
     def prepare(self, mod: IRModule) -> IRModule:
         """The PrimFunc the space schedules: ``mod`` with the ``fast_math`` rewrite (itself if there is none)."""
@@ -102,6 +103,7 @@ def _settings(path: Path, raw: dict[str, Any]) -> SpaceSettings:
         checks=_checks(path, raw.get("checks", {})),
         fast_math=_fast_math(path, raw.get("fast_math", {})),
         fuse_epilogues=bool(raw.get("designs", {}).get("fuse_epilogues", False)),
+        stream_reductions=bool(raw.get("designs", {}).get("stream_reductions", False)),
     )
 
 

@@ -33,6 +33,7 @@ from autosched._tvm import (
 from autosched.errors import InvalidConfig
 from autosched.spaces.base import SearchSpace
 from autosched.spaces.settings import SpaceSettings
+from autosched.spaces.streaming import streaming_reduction_design
 
 log = logging.getLogger("autosched.spaces")
 
@@ -105,6 +106,7 @@ def _fused_epilogues(design: Trace) -> int:
     return n
 
 
+STREAMING_LANES = 16  # the streaming design's default vector width
 MIN_THREADS = 32  # a GPU block's threads (MetaSchedule's thread_extent_low_inclusive)
 MAX_VTHREADS = 8  # VerifyGPUCode's max_vthread
 
@@ -140,6 +142,12 @@ class TraceSearchSpace(SearchSpace):
         self.designs: list[Trace] = [s.trace for s in ctx.generate_design_space()]
         if settings.fuse_epilogues:
             self.designs = most_fused(self.designs)
+        self.streaming_design: int | None = None  # its index, where the function has one (spaces/streaming.py)
+        if settings.stream_reductions and target.kind.name == "llvm":  # appended: stored records keep their design
+            streaming = streaming_reduction_design(self.mod, target)
+            if streaming is not None:
+                self.designs.append(streaming)
+                self.streaming_design = len(self.designs) - 1
         self._knobs = [self._design_knobs(d, trace) for d, trace in enumerate(self.designs)]
 
     # --- knobs ---------------------------------------------------------------------------------------------
@@ -374,8 +382,13 @@ class TraceSearchSpace(SearchSpace):
         return [as_python(trace.decisions[i]) for i in trace.insts if i.kind.name in SAMPLE_KINDS]
 
     def default_schedule(self) -> tuple[dict[str, Any], Schedule] | None:
-        """The first design whose own decisions are a legal schedule: (its params, the schedule); None if none."""
-        for design in range(len(self.designs)):
+        """The first design whose own decisions are a legal schedule: (its params, the schedule); None if none.
+        The streaming design, where there is one, comes first: it reads its input in order, the rules' first
+        design along a stride (or, for a pooling window, through an rfactor of it: 82 ms instead of 0.1 ms)."""
+        order = list(range(len(self.designs)))
+        if self.streaming_design is not None:
+            order.insert(0, order.pop(self.streaming_design))
+        for design in order:
             params = self.default_params(design)
             try:
                 return params, self.apply(params)
@@ -384,12 +397,16 @@ class TraceSearchSpace(SearchSpace):
         return None
 
     def default_params(self, design: int = 0) -> dict[str, Any]:
-        """Knob values that reproduce the design trace's own (randomly sampled) decisions, where encodable."""
+        """Knob values that reproduce the design trace's own (randomly sampled) decisions, where encodable; for the
+        streaming design, vectors of 16 lanes (AVX-512's float32 width) or the widest below that divides."""
         params: dict[str, Any] = {"design": design}
         trace = self.designs[design]
         for k in self._knobs[design]:
             decision = trace.decisions[k.inst]
-            if k.kind == "SamplePerfectTile":
+            if k.kind == "SamplePerfectTile" and design == self.streaming_design:
+                divs = divisors(k.extent)
+                params[k.name] = divs.index(max(d for d in divs if d <= STREAMING_LANES))
+            elif k.kind == "SamplePerfectTile":
                 level = int(k.name.rsplit("tile", 1)[1])
                 params[k.name] = divisors(k.extent).index(int(decision[level]))
             else:

@@ -243,3 +243,35 @@ def test_a_sibling_shapes_best_is_fitted_into_this_space(matmul_space, cpu_targe
     (cand,) = small.ask(1)
     assert all(cand.params[k] == fitted[k] for k in cand.params)
 
+
+
+def test_a_study_stored_before_its_space_gained_a_design_goes_on_in_a_study_of_its_own():
+    """Optuna cannot widen the categorical ``design`` knob of a sampled study (TPE raises on the next ask): a task
+    whose space has gained a design since (the streaming design for reductions) continues in a new study."""
+    import dataclasses
+
+    from autosched.spaces.settings import settings_for
+    from autosched.spaces.trace_space import TraceSearchSpace
+    from autosched.tasks import make_target
+    from tests.spaces.test_streaming import _nhwc_mean
+
+    target = make_target("llvm", 1)
+    settings = settings_for(target)
+    before = TraceSearchSpace(_nhwc_mean(), target, dataclasses.replace(settings, stream_reductions=False))
+    after = TraceSearchSpace(_nhwc_mean(), target, settings)
+    storage = optuna.storages.InMemoryStorage()
+
+    def tune(space, n):
+        s = OptunaStrategy(space, "mean", storage, "tpe", 0)
+        for i in range(n):
+            cands = s.ask(1)
+            s.tell(cands, [MeasureResult(Status.OK, [1e-3 * (1 + i)])] * len(cands))
+        return s
+
+    old = tune(before, 12)  # past TPE's 10 startup trials: the multivariate sampler is at work
+    assert tune(before, 1).study.study_name == "autosched-mean"  # the same designs: the same study
+    n_old = len(old.study.get_trials())
+    new = tune(after, 4)
+    assert new.study.study_name == f"autosched-mean@{len(after.designs)}designs"
+    assert len(new.study.get_trials()) >= 4 and len(old.study.get_trials()) == n_old
+    assert tune(after, 1).study.study_name == new.study.study_name  # and it goes on there
