@@ -31,9 +31,9 @@ def streaming_reduction_design(mod: IRModule, target: Target) -> Trace | None:
             kept = _streamed_axis(sch, block)
             if kept is None:
                 continue
-            loops = sch.get_loops(block)
-            spatial = [loop for i, loop in enumerate(loops) if i != kept and i < _n_spatial(sch, block)]
-            reduce = loops[_n_spatial(sch, block):]
+            loops, n_spatial = sch.get_loops(block), _n_spatial(sch, block)
+            spatial = [loop for i, loop in enumerate(loops[:n_spatial]) if i != kept]
+            reduce = loops[n_spatial:]
             outer, inner = sch.split(loops[kept], sch.sample_perfect_tile(loops[kept], n=2, max_innermost_factor=64))
             sch.reorder(*spatial, outer, *reduce, inner)
             if threads > 1:
