@@ -34,6 +34,7 @@ class SpaceSettings:
     fast_math: tuple[str, ...] = ()  # float32 calls rewritten as vectorisable arithmetic (spaces/fast_math.py)
     fuse_epilogues: bool = False  # keep only the designs that fuse the most epilogues into their producer
     stream_reductions: bool = False  # one more design for reductions along a kept axis (spaces/streaming.py)
+    partition_concats: bool = False  # one more design for concatenations (spaces/concat.py)
 
     def prepare(self, mod: IRModule) -> IRModule:
         """The PrimFunc the space schedules: ``mod`` with the ``fast_math`` rewrite (itself if there is none)."""
@@ -104,6 +105,7 @@ def _settings(path: Path, raw: dict[str, Any]) -> SpaceSettings:
         fast_math=_fast_math(path, raw.get("fast_math", {})),
         fuse_epilogues=bool(raw.get("designs", {}).get("fuse_epilogues", False)),
         stream_reductions=bool(raw.get("designs", {}).get("stream_reductions", False)),
+        partition_concats=bool(raw.get("designs", {}).get("partition_concats", False)),
     )
 
 

@@ -32,6 +32,7 @@ from autosched._tvm import (
 )
 from autosched.errors import InvalidConfig
 from autosched.spaces.base import SearchSpace
+from autosched.spaces.concat import partitioned_concat_design
 from autosched.spaces.settings import SpaceSettings
 from autosched.spaces.streaming import streaming_reduction_design
 
@@ -148,6 +149,12 @@ class TraceSearchSpace(SearchSpace):
             if streaming is not None:
                 self.designs.append(streaming)
                 self.streaming_design = len(self.designs) - 1
+        self.concat_design: int | None = None  # its index, where the function has one (spaces/concat.py)
+        if settings.partition_concats and target.kind.name == "llvm":
+            concat = partitioned_concat_design(self.mod, target)
+            if concat is not None:
+                self.designs.append(concat)
+                self.concat_design = len(self.designs) - 1
         self._knobs = [self._design_knobs(d, trace) for d, trace in enumerate(self.designs)]
 
     # --- knobs ---------------------------------------------------------------------------------------------
@@ -244,7 +251,10 @@ class TraceSearchSpace(SearchSpace):
     def apply(self, params: dict[str, Any]) -> Schedule:
         trace, decisions = self.decisions(params)
         self._check(trace, decisions)
-        return self._schedule(trace, decisions)
+        postprocs = self._postprocs
+        if int(params.get("design", 0)) == self.concat_design:  # its parts start past 0, which RewriteLayout
+            postprocs = [p for p in postprocs if not isinstance(p, ms.postproc.RewriteLayout)]  # cannot index
+        return self._schedule(trace, decisions, postprocs)
 
     def repair(self, params: dict[str, Any], seed: int = 0, max_steps: int = 200, max_applies: int = 10
                ) -> tuple[dict[str, Any], Schedule] | None:
@@ -362,7 +372,7 @@ class TraceSearchSpace(SearchSpace):
             return params
         raise InvalidConfig("no design of this function has the structure of the trace to transfer")
 
-    def _schedule(self, trace: Trace, decisions: dict[Any, Any]) -> Schedule:
+    def _schedule(self, trace: Trace, decisions: dict[Any, Any], postprocs: list[Any]) -> Schedule:
         """``trace`` replayed with ``decisions`` (sampling instruction -> decision), then postprocessed."""
         for inst, decision in decisions.items():
             trace = trace.with_decision(inst, decision, remove_postproc=True)
@@ -371,7 +381,7 @@ class TraceSearchSpace(SearchSpace):
             trace.apply_to_schedule(sch, remove_postproc=True)
         except (ScheduleError, RuntimeError) as err:
             raise InvalidConfig(f"schedule primitive failed: {str(err).splitlines()[0][:200]}") from err
-        for postproc in self._postprocs:
+        for postproc in postprocs:
             if not postproc.apply(sch):
                 raise InvalidConfig(f"rejected by {type(postproc).__name__}")
         _check_layout_rewrites(sch)
@@ -384,10 +394,12 @@ class TraceSearchSpace(SearchSpace):
     def default_schedule(self) -> tuple[dict[str, Any], Schedule] | None:
         """The first design whose own decisions are a legal schedule: (its params, the schedule); None if none.
         The streaming design, where there is one, comes first: it reads its input in order, the rules' first
-        design along a stride (or, for a pooling window, through an rfactor of it: 82 ms instead of 0.1 ms)."""
+        design along a stride (or, for a pooling window, through an rfactor of it: 82 ms instead of 0.1 ms);
+        so does the partitioned concatenation (no choice between inputs per element)."""
         order = list(range(len(self.designs)))
-        if self.streaming_design is not None:
-            order.insert(0, order.pop(self.streaming_design))
+        for own in (self.streaming_design, self.concat_design):
+            if own is not None:
+                order.insert(0, order.pop(order.index(own)))
         for design in order:
             params = self.default_params(design)
             try:
