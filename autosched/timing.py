@@ -20,12 +20,19 @@ def time_callable(fn: Callable[[], object], repeat: int = 5, min_repeat_s: float
 
 def time_interleaved(calls: dict[str, Callable[[], object]], repeat: int = 7,
                      min_round_s: float = 0.1) -> dict[str, list[float]]:
-    """Seconds per call of each contender: ``repeat`` rounds, each contender once per round in turn."""
+    """Seconds per call of each contender: ``repeat`` rounds, each contender once per round in turn.
+
+    Each contender's timed calls follow one untimed call of its own: a thread pool keeps spinning for a while after
+    its call returns (ONNX Runtime's intra-op workers, OpenMP's), and on a machine with few cores the next
+    contender's first call waits for them (DenseNet-121 at 2 threads right after ONNX Runtime: 69 ms instead of 31).
+    The untimed call absorbs that, so each contender is timed with its own threads only, its peers at their
+    default settings."""
     for fn in calls.values():
         fn()  # warm-up (first-call allocations, lazy initialisation)
     samples: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(repeat):
         for name, fn in calls.items():
+            fn()  # settle: the previous contender's spinning workers finish on this call, untimed
             samples[name].append(_round(fn, min_round_s))
     return samples
 
