@@ -5,6 +5,7 @@
     python bench/corpus.py --size small --trials 0 --models alexnet,bert    # a quick look (no tuning)
     python bench/corpus.py --time 600 --threads 2 --db-dir ~/corpus-work   # the issue-16 table, resumable
     python bench/corpus.py --time 600 --threads 1 --start-from ~/corpus-work --out corpus_t1_from_t2  # re-tuned
+    python bench/corpus.py --retime --threads 2 --db-dir ~/corpus-work --rows-dir bench/results/corpus_rows # re-timed
 
 Each model is built in code with random weights, exported to ONNX (dynamo exporter, opset 18) and imported
 from that file, as a user would; a model TVM's ONNX importer cannot read (LSTM, GRU) goes through the
@@ -116,6 +117,10 @@ def _tune(args, name: str, tasks, target, db_path: Path, row: dict) -> object | 
     from autosched.session import TuningSession
     from autosched.tune import BASELINE_DECISIONS, Deadline
 
+    if args.retime:  # the database tuned by an earlier run, as it is: nothing is measured
+        db = open_database(str(db_path))
+        row["tasks_tuned"] = sum(any(r.decisions != BASELINE_DECISIONS for r in db.records(t.key)) for t in tasks)
+        return db
     trials, seconds = tuning_budget(args, name, len(tasks))
     row["trials_per_task"], row["time_budget_s"] = trials, seconds
     if trials <= 0 and seconds <= 0:  # default schedules only, no measurement at all
@@ -153,7 +158,9 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
     row: dict = {"model": name, "family": entry.family, "library": entry.library, "size": args.size, "ok": False}
     try:
         module, inputs = _step(row, "build", corpus.build_module, name, args.size, args.seed)
-        path = _step(row, "export", corpus.export_onnx, name, work / f"{name}.onnx", args.size, seed=args.seed)
+        path = work / f"{name}.onnx"
+        if not (args.retime and path.exists()):  # re-timing: the very file that was tuned
+            path = _step(row, "export", corpus.export_onnx, name, path, args.size, seed=args.seed)
         model, fallbacks = _step(row, "import", _import, name, path, module, inputs, row)
         target = make_target("llvm", args.threads)
         fused = _step(row, "rewrite", rewrite, model.mod, target, fallbacks=fallbacks, model_name=name)
@@ -179,6 +186,35 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
         row["autosched_vs_ort"] = times["autosched"] / times["onnxruntime"]
     except Failed as failure:
         row.update(failed_step=failure.step, error=failure.reason)
+    return row
+
+
+TUNING_FIELDS = ("tune_s", "trials", "trials_per_task", "time_budget_s", "out_of_time", "tasks_searched",
+                 "tasks_default", "tasks_unmeasured", "commit", "measured_at", "started_from", "flush_cache",
+                 "relatives", "time_per_model_s", "cpu")
+TIMING_FIELDS = ("autosched_s", "onnxruntime_s", "torch_s", "autosched_vs_ort", "max_rel_error_vs_ort", "load")
+
+
+def retime_row(name: str, args: argparse.Namespace, work: Path, done: Path, commit: str) -> dict:
+    """A finished row timed again with this code, from the database its tuning left (no tuning): the row keeps
+    what its tuning run measured and commit; the new timing replaces the old one, which the row keeps beside it."""
+    if not done.exists() or not (work / f"{name}.db").exists():
+        raise SystemExit(f"--retime {name}: needs its finished row {done} and its database {work / f'{name}.db'}; "
+                         "tune it first (without --retime)")
+    old = json.loads(done.read_text())
+    print(f"[{name}] re-timing the database tuned at {old.get('commit')} ({old.get('measured_at')}) ...", flush=True)
+    new = bench_model(name, args, work)
+    if not new["ok"]:
+        raise SystemExit(f"--retime {name}: failed at {new['failed_step']}: {new['error']} (row left as it was)")
+    if (new["tasks"], new["tasks_tuned"]) != (old["tasks"], old["tasks_tuned"]):
+        raise SystemExit(f"--retime {name}: tasks found/tuned {new['tasks']}/{new['tasks_tuned']} differ from the "
+                         f"row's {old['tasks']}/{old['tasks_tuned']}: the code no longer extracts the tasks it tuned")
+    row = {**new, **{k: old[k] for k in TUNING_FIELDS if k in old}}
+    row.update(timed_commit=commit, timed_at=time.strftime("%Y-%m-%d %H:%M"),
+               first_timing=old.get("first_timing") or {k: old.get(k) for k in (*TIMING_FIELDS, "measured_at")})
+    done.write_text(json.dumps(row, default=str))
+    print(f"[{name}] autosched {row['autosched_s'] * 1e3:.3f} ms, ONNX Runtime {row['onnxruntime_s'] * 1e3:.3f} ms "
+          f"({row['autosched_vs_ort']:.2f}; first timing {row['first_timing']['autosched_vs_ort']:.2f})", flush=True)
     return row
 
 
@@ -209,7 +245,8 @@ def print_table(rows: list[dict]) -> str:
             cells = ["-", "-", "-", "-", f"{r.get('failed_step')}: {r.get('error', '')}"[:160]]
         table.add_row(r["model"], r["family"], r["library"], status, shown, str(r.get("fusion_groups", "-")), tasks,
                       f"{r['extract_s'] + r.get('rewrite_s', 0):.1f}" if "extract_s" in r else "-",
-                      f"{r['tune_s']:.0f}" if "tune_s" in r else "-", *cells, r.get("commit", "-"))
+                      f"{r['tune_s']:.0f}" if "tune_s" in r else "-", *cells,
+                      r.get("commit", "-") + (f", timed {r['timed_commit']}" if r.get("timed_commit") else ""))
     console = Console(width=220)
     console.print(table)
     ran = [r["autosched_vs_ort"] for r in rows if r["ok"]]
@@ -245,6 +282,9 @@ def main() -> None:
                    "tuning database is copied from it and tuned further (its rows say so; not a from-scratch figure)")
     p.add_argument("--flush-cache", action="store_true", help="tune with TuneConfig.flush_cache (weights and "
                    "outputs flushed from the caches before each timed run)")
+    p.add_argument("--retime", action="store_true", help="time every finished row again with this code, from the "
+                   "database its run left in --db-dir (no tuning; the row keeps its tuning figures and its first "
+                   "timing, and names both commits)")
     p.add_argument("--relatives", type=int, default=0, help="tune with TuneConfig.relatives: each task's first round "
                    "starts from the refitted best schedules of up to this many tasks like it (a variant: keep its "
                    "rows out of --rows-dir)")
@@ -253,6 +293,8 @@ def main() -> None:
         p.error("--start-from rows are not from-scratch rows: keep them out of --rows-dir")
     if args.relatives and args.rows_dir:
         p.error("--relatives rows are a variant of the default configuration: keep them out of --rows-dir")
+    if args.retime and not args.db_dir:
+        p.error("--retime needs --db-dir: the databases the rows were tuned into")
     if args.repeat < 5:
         p.error("--repeat must be at least 5")
     fair_environment(args.threads)
@@ -277,6 +319,9 @@ def main() -> None:
         rows_dir.mkdir(parents=True, exist_ok=True)
         for name in names:
             done = rows_dir / f"{name}.t{args.threads}.{args.size}.row.json"  # finished by an earlier run
+            if args.retime:
+                rows.append(retime_row(name, args, work, done, commit))
+                continue
             if (args.db_dir or args.rows_dir) and done.exists():
                 rows.append(json.loads(done.read_text()))
                 print(f"[{name}] done earlier: {done}", flush=True)
