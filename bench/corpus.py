@@ -30,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -170,6 +171,8 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
         row["tasks"] = len(tasks)
         db = _step(row, "tune", _tune, args, name, tasks, target, work / f"{name}.db", row)
         compiled = _step(row, "compile", compile_model, model, target, db, fused=fused)
+        row["groups_by_source"] = dict(Counter(compiled.sources.values()))
+        row["records_not_applied"] = dict(compiled.skipped)  # records the build could not use, and why
         feed = {n: t.numpy() for n, t in zip(entry.input_names, inputs, strict=True)}
         session, feed, want = _step(row, "onnxruntime", _onnxruntime, path, feed, args.threads)
         arrays = [feed[s.name] for s in model.inputs] if row["path"] == "onnx" else [t.numpy() for t in inputs]
@@ -204,8 +207,9 @@ def retime_row(name: str, args: argparse.Namespace, work: Path, done: Path, comm
     old = json.loads(done.read_text())
     print(f"[{name}] re-timing the database tuned at {old.get('commit')} ({old.get('measured_at')}) ...", flush=True)
     new = bench_model(name, args, work)
-    if not new["ok"]:
-        raise SystemExit(f"--retime {name}: failed at {new['failed_step']}: {new['error']} (row left as it was)")
+    if not new["ok"]:  # reported; the row stays as it was, and the table shows it with its first timing
+        print(f"[{name}] not re-timed: failed at {new['failed_step']}: {new['error']}", flush=True)
+        return {**old, "retime_error": f"{new['failed_step']}: {new['error']}"}
     if (new["tasks"], new["tasks_tuned"]) != (old["tasks"], old["tasks_tuned"]):
         raise SystemExit(f"--retime {name}: tasks found/tuned {new['tasks']}/{new['tasks_tuned']} differ from the "
                          f"row's {old['tasks']}/{old['tasks_tuned']}: the code no longer extracts the tasks it tuned")
@@ -246,7 +250,8 @@ def print_table(rows: list[dict]) -> str:
         table.add_row(r["model"], r["family"], r["library"], status, shown, str(r.get("fusion_groups", "-")), tasks,
                       f"{r['extract_s'] + r.get('rewrite_s', 0):.1f}" if "extract_s" in r else "-",
                       f"{r['tune_s']:.0f}" if "tune_s" in r else "-", *cells,
-                      r.get("commit", "-") + (f", timed {r['timed_commit']}" if r.get("timed_commit") else ""))
+                      r.get("commit", "-") + (f", timed {r['timed_commit']}" if r.get("timed_commit") else "")
+                      + (", NOT re-timed: " + r["retime_error"][:60] if r.get("retime_error") else ""))
     console = Console(width=220)
     console.print(table)
     ran = [r["autosched_vs_ort"] for r in rows if r["ok"]]

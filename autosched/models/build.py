@@ -9,6 +9,7 @@ bound), TVM's dlight rules schedule those.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -39,6 +40,8 @@ from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
 from autosched.targets import device_of, other_thread_counts
 from autosched.tasks import target_json, task_key
+
+log = logging.getLogger("autosched.build")
 
 TUNED, DEFAULT, UNSCHEDULED = "tuned", "default", "unscheduled"
 TRANSFERRED = "transferred"  # the best record of the same group at another size, refitted (shape buckets)
@@ -81,7 +84,7 @@ def apply_database(fused: IRModule, target: Target, db: Database | None, default
             on_group(done, len(groups))
         mod = group_module(group.func)
         best, threads = _best_of_alternatives(db, mod, alternatives, space_version, skipped)
-        sch = schedule_from_record(mod, best) if best is not None else None
+        sch = _replayed(mod, best, skipped) if best is not None else None
         sources[group.name] = TUNED
         if sch is None and donors is not None and group.name in donors:
             sch = _transferred(mod, donors[group.name], target, db, alternatives, space_version)
@@ -102,6 +105,19 @@ def apply_database(fused: IRModule, target: Target, db: Database | None, default
 
 
 OTHER_TARGET, OTHER_TVM = "tuned for another target", "measured with another TVM release"
+NO_REPLAY = "whose trace does not replay on this model's group"
+
+
+def _replayed(mod: IRModule, record: Any, skipped: Counter) -> Any | None:
+    """The record's schedule of ``mod``; None (counted into ``skipped``) where its trace no longer replays (a
+    block it names is not there): the group gets a default schedule, the model still compiles."""
+    try:
+        return schedule_from_record(mod, record)
+    except (RuntimeError, ValueError) as err:  # TVM's ScheduleError is a RuntimeError
+        log.warning("record %s of task %s does not replay: %s", record.record_id, record.task_key[:12],
+                    str(err).splitlines()[0][:200] if str(err) else type(err).__name__)
+        skipped[NO_REPLAY] += 1
+        return None
 
 
 def same_groups(groups: list[Any], others: list[Any]) -> dict[str, IRModule]:

@@ -14,6 +14,7 @@ from autosched._tvm import as_python
 from autosched.db import MemoryDatabase, TaskRow
 from autosched.models.build import (
     DEFAULT,
+    NO_REPLAY,
     OTHER_TARGET,
     OTHER_TVM,
     TUNED,
@@ -142,6 +143,26 @@ def test_records_of_another_tvm_release_are_skipped_and_counted(cpu_target):
     assert set(compiled.sources.values()) == {TUNED} and compiled.skipped == {OTHER_TVM: len(tasks)}
     for t in tasks:  # the record applied is this release's best
         assert _best_schedule_record(db, t.key, t.target_json, Counter()).record_id == mine[t.key]
+
+
+def test_a_record_whose_trace_no_longer_replays_gives_a_default_schedule_and_is_counted(cpu_target):
+    from dataclasses import replace
+
+    model = load_model(conv_bn_relu()[0])
+    db = MemoryDatabase()
+    tasks = record_one_schedule_per_task(model, cpu_target, db)
+    broken = []
+    for t in tasks:  # the fastest record names a block the group does not have (a renamed one, say)
+        best = db.best(t.key)
+        trace = [[list(inst) for inst in best.trace_json[0]], best.trace_json[1]]
+        first = next(inst for inst in trace[0] if inst[0] == "GetSBlock")
+        first[2] = ["no_such_block", first[2][1]]
+        broken.append(replace(best, record_id=None, latencies_s=[1e-12], trace_json=trace))
+    db.commit(broken)
+    compiled = compile_model(model, cpu_target, db)
+    assert set(compiled.sources.values()) == {DEFAULT} and compiled.skipped == {NO_REPLAY: len(tasks)}
+    x = np.random.default_rng(0).standard_normal(model.inputs[0].shape).astype("float32")
+    assert max_relative_error(compiled(x), compile_unscheduled(model, cpu_target)(x)) < 1e-4
 
 
 def test_records_tuned_at_another_thread_count_are_used_from_the_nearest_one(cpu_target):

@@ -89,6 +89,20 @@ def test_rewrite_leaves_other_dtypes_exponents_and_functions_alone():
         ["exp", "pow"]).script()
 
 
+def test_the_rewrite_of_a_same_structure_module_keeps_its_own_names():
+    def softplus(x_name: str, y_name: str):
+        x = te.placeholder((64,), "float32", name=x_name)
+        y = te.compute((64,), lambda i: te.log(te.exp(x[i]) + tirx.const(1.0, "float32")), name=y_name)
+        return tvm.IRModule({"main": te.create_prim_func([x, y])})
+
+    first, second = softplus("lv7", "lv7_out"), softplus("lv8", "lv8_out")
+    assert structural_equal(first, second)  # what a cache keyed on structure alone would mix up
+    rewrite(first, ["exp"])
+    again = rewrite(second, ["exp"])
+    assert "lv8_out" in again.script() and "lv7" not in again.script()
+    s_tir.Schedule(again).get_sblock("lv8_out")  # a trace recorded on this model finds its blocks by name
+
+
 def _has_avx512() -> bool:
     try:
         return " avx512f" in Path("/proc/cpuinfo").read_text()
