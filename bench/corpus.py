@@ -13,8 +13,9 @@ PyTorch path instead, and says so. Then: graph rewrites, task extraction, tuning
 shared by the task scheduler, and/or ``--time`` seconds per model), the build (tuned schedules, default
 ones elsewhere) and the run. autosched, ONNX Runtime and PyTorch eager are timed through the same kind of
 call (numpy or tensors in, out, one inference), in interleaved rounds, median of ``--repeat`` rounds; every
-output is checked against ONNX Runtime's. A model that fails at any step is a row with the step and the
-one-line reason. Writes bench/results/corpus.json and prints the table with the geometric mean of
+output is checked against ONNX Runtime's; "paired" is the median over rounds of autosched's round / ONNX
+Runtime's round in the same round (steadier on a shared machine). A model that fails at any step is a row with
+the step and the one-line reason. Writes bench/results/corpus.json and prints the table with the geometric mean of
 autosched / ONNX Runtime.
 """
 
@@ -141,8 +142,14 @@ def _tune(args, name: str, tasks, target, db_path: Path, row: dict) -> object | 
     return db
 
 
-def _median_interleaved(calls: dict, repeat: int, min_round_s: float) -> dict[str, float]:
-    return {peer: statistics.median(s) for peer, s in time_interleaved(calls, repeat, min_round_s).items()}
+def _interleaved(calls: dict, repeat: int, min_round_s: float) -> dict[str, list[float]]:
+    return time_interleaved(calls, repeat, min_round_s)
+
+
+def paired_ratio(mine: list[float], theirs: list[float]) -> float:
+    """Median over rounds of my round's time / theirs in the same round: a slow spell of the shared machine that
+    lasts a round or two moves both sides of a pair, so this moves less than the ratio of the two medians."""
+    return statistics.median(a / b for a, b in zip(mine, theirs, strict=True))
 
 
 def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
@@ -182,11 +189,13 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
         row["torch_max_rel_error_vs_ort"] = max_relative_error(_step(row, "torch", _eager, module, inputs), want)
         torch.set_num_threads(args.threads)
         with torch.no_grad():
-            times = _step(row, "timing", _median_interleaved, {
+            rounds = _step(row, "timing", _interleaved, {
                 "autosched": lambda: compiled(*arrays), "onnxruntime": lambda: session.run(None, feed),
                 "torch": lambda: module(*inputs)}, args.repeat, args.min_round_s)
-        row.update({f"{peer}_s": s for peer, s in times.items()}, load=load_now(), ok=True)
-        row["autosched_vs_ort"] = times["autosched"] / times["onnxruntime"]
+        row.update({f"{peer}_s": statistics.median(s) for peer, s in rounds.items()}, load=load_now(), ok=True)
+        row["rounds_s"] = rounds
+        row["autosched_vs_ort"] = row["autosched_s"] / row["onnxruntime_s"]
+        row["autosched_vs_ort_paired"] = paired_ratio(rounds["autosched"], rounds["onnxruntime"])
     except Failed as failure:
         row.update(failed_step=failure.step, error=failure.reason)
     return row
@@ -195,7 +204,8 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
 TUNING_FIELDS = ("tune_s", "trials", "trials_per_task", "time_budget_s", "out_of_time", "tasks_searched",
                  "tasks_default", "tasks_unmeasured", "commit", "measured_at", "started_from", "flush_cache",
                  "relatives", "time_per_model_s", "cpu")
-TIMING_FIELDS = ("autosched_s", "onnxruntime_s", "torch_s", "autosched_vs_ort", "max_rel_error_vs_ort", "load")
+TIMING_FIELDS = ("autosched_s", "onnxruntime_s", "torch_s", "autosched_vs_ort", "autosched_vs_ort_paired",
+                 "rounds_s", "max_rel_error_vs_ort", "load")
 
 
 def retime_row(name: str, args: argparse.Namespace, work: Path, done: Path, commit: str) -> dict:
@@ -218,7 +228,8 @@ def retime_row(name: str, args: argparse.Namespace, work: Path, done: Path, comm
                first_timing=old.get("first_timing") or {k: old.get(k) for k in (*TIMING_FIELDS, "measured_at")})
     done.write_text(json.dumps(row, default=str))
     print(f"[{name}] autosched {row['autosched_s'] * 1e3:.3f} ms, ONNX Runtime {row['onnxruntime_s'] * 1e3:.3f} ms "
-          f"({row['autosched_vs_ort']:.2f}; first timing {row['first_timing']['autosched_vs_ort']:.2f})", flush=True)
+          f"({row['autosched_vs_ort']:.2f}, paired {row['autosched_vs_ort_paired']:.2f}; first timing "
+          f"{row['first_timing']['autosched_vs_ort']:.2f})", flush=True)
     return row
 
 
@@ -232,7 +243,8 @@ def print_table(rows: list[dict]) -> str:
 
     table = Table(title="autosched corpus: import -> rewrite -> tasks -> tune -> compile -> run (vs ONNX Runtime)")
     columns = ("model", "family", "library", "import/rewrite", "fallbacks", "groups", "tasks found/tuned",
-               "extract s", "tune s", "autosched ms", "ORT ms", "PyTorch ms", "autosched/ORT", "max rel err", "commit")
+               "extract s", "tune s", "autosched ms", "ORT ms", "PyTorch ms", "autosched/ORT", "paired", "max rel err",
+               "commit")
     for col in columns:
         table.add_column(col, justify="left" if col in ("model", "family", "library", "fallbacks") else "right",
                          overflow="fold", no_wrap=col == "model")
@@ -243,10 +255,11 @@ def print_table(rows: list[dict]) -> str:
         shown = f"{len(fallbacks)}" + (": " + "; ".join(f[:100] for f in fallbacks) if fallbacks else "")
         tasks = f"{r['tasks']}/{r.get('tasks_tuned', '-')}" if "tasks" in r else "-"
         if r["ok"]:
+            paired = f"{r['autosched_vs_ort_paired']:.2f}" if "autosched_vs_ort_paired" in r else "-"
             cells = [_ms(r, "autosched_s"), _ms(r, "onnxruntime_s"), _ms(r, "torch_s"), f"{r['autosched_vs_ort']:.2f}",
-                     f"{r['max_rel_error_vs_ort']:.1e}"]
+                     paired, f"{r['max_rel_error_vs_ort']:.1e}"]
         else:
-            cells = ["-", "-", "-", "-", f"{r.get('failed_step')}: {r.get('error', '')}"[:160]]
+            cells = ["-", "-", "-", "-", "-", f"{r.get('failed_step')}: {r.get('error', '')}"[:160]]
         table.add_row(r["model"], r["family"], r["library"], status, shown, str(r.get("fusion_groups", "-")), tasks,
                       f"{r['extract_s'] + r.get('rewrite_s', 0):.1f}" if "extract_s" in r else "-",
                       f"{r['tune_s']:.0f}" if "tune_s" in r else "-", *cells,
@@ -257,6 +270,9 @@ def print_table(rows: list[dict]) -> str:
     ran = [r["autosched_vs_ort"] for r in rows if r["ok"]]
     summary = (f"geometric mean of autosched / ONNX Runtime latency over the {len(ran)} models that ran: "
                f"{math.exp(statistics.fmean(math.log(x) for x in ran)):.2f}" if ran else "no model ran")
+    paired = [r["autosched_vs_ort_paired"] for r in rows if r["ok"] and "autosched_vs_ort_paired" in r]
+    if ran and len(paired) == len(ran):
+        summary += f" (median of paired rounds: {math.exp(statistics.fmean(math.log(x) for x in paired)):.2f})"
     summary += f"; {sum(not r['ok'] for r in rows)} of {len(rows)} failed"
     if any(r.get("started_from") for r in rows):
         summary += "; tuned further from the databases of " + ", ".join(sorted({r["started_from"] for r in rows
