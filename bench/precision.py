@@ -11,7 +11,11 @@ budget (``tune_model``, whole process timed, setup included) at ``--threads``. T
 user makes for every contender (numpy or torch tensors in, out), interleaved rounds, same timer, medians.
 Accuracy: the max relative error of each output against ONNX Runtime's float32 on 3 random inputs and, for
 classifiers (one 2-D output), how often the top-1 class agrees with float32 over ``--agreement`` random inputs.
-Both int8 contenders calibrate on 8 random inputs. Writes bench/results/<out>.json and prints the table.
+Both int8 contenders calibrate on 8 random inputs. PyTorch's own bf16 (``module.to(bfloat16)``) is in the
+agreement too, as the reference for what rounding does to this model: a random-weight deep CNN maps random inputs
+to a few classes with near-tied logits (ResNet-50: top-2 margin ~0.1 of the logits' spread), so any rounding
+flips some.
+Writes bench/results/<out>.json and prints the table.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fair_environment, load_now, machine_info, time_interleaved, write_json  # noqa: E402
+from common import fair_environment, git_commit, load_now, machine_info, time_interleaved, write_json  # noqa: E402
 
 
 def _export(name: str, work: Path) -> tuple[Path, object, object]:
@@ -128,15 +132,18 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
         print(f"[{name}] top-1 agreement over {args.agreement} random inputs ...", flush=True)
         batch = [rng.standard_normal(example.shape).astype(np.float32) for _ in range(args.agreement)]
         want = [int(np.argmax(ort("onnxruntime_fp32", x)[0])) for x in batch]
-        row["top1_agreement"] = {k: sum(int(np.argmax(f(x)[0])) == w for x, w in zip(batch, want, strict=True))
-                                 / len(batch) for k, f in contenders.items() if k != "autosched_fp32"}
+        agreeing = {k: f for k, f in contenders.items() if k != "autosched_fp32"}
+        agreeing["torch_bf16"] = lambda x: [module_bf16(torch.from_numpy(x).to(torch.bfloat16)).float().numpy()]
+        with torch.no_grad():
+            row["top1_agreement"] = {k: sum(int(np.argmax(f(x)[0])) == w for x, w in zip(batch, want, strict=True))
+                                     / len(batch) for k, f in agreeing.items()}
     return row
 
 
 def print_table(rows: list[dict], precisions: list[str]) -> None:
     low = [p for p in precisions if p != "fp32"]
     peers = ["onnxruntime_fp32", *(["onnxruntime_int8"] if "int8" in low else []), "torch_fp32", "torch_bf16"]
-    checked = [f"autosched_{p}" for p in low] + (["onnxruntime_int8"] if "int8" in low else [])
+    checked = [f"autosched_{p}" for p in low] + (["onnxruntime_int8"] if "int8" in low else []) + ["torch_bf16"]
     print("\n| model | autosched fp32 ms | " + " | ".join(f"autosched {p} ms | {p} speedup" for p in low)
           + " | " + " | ".join(f"{k} ms" for k in peers) + " | "
           + " | ".join(f"{k} max rel. error | {k} top-1 agreement" for k in checked) + " |")
@@ -164,11 +171,12 @@ def main() -> None:
     p.add_argument("--db-dir", help="keep the tuning databases here (default: a temporary folder)")
     args = p.parse_args()
     fair_environment(args.threads)
+    commit = git_commit()  # the code this run loads
     work = Path(args.db_dir or tempfile.mkdtemp(prefix="autosched-precision-"))
     work.mkdir(parents=True, exist_ok=True)
     rows = [bench_model(name, args, work) for name in args.models.split(",")]
     print_table(rows, args.precisions.split(","))
-    write_json(args.out, {"machine": machine_info(), "args": vars(args), "rows": rows})
+    write_json(args.out, {"machine": machine_info(), "commit": commit, "args": vars(args), "rows": rows})
 
 
 if __name__ == "__main__":
