@@ -289,7 +289,7 @@ def main() -> None:
                    f"{DEFAULT_TRIALS}, or no limit with --time); 0 and no --time: no tuning, default schedules")
     p.add_argument("--time", type=float, default=0.0, help="tuning seconds per model, baselines included (0: none)")
     p.add_argument("--threads", type=int, default=1, help="threads of autosched's target, ONNX Runtime and PyTorch")
-    p.add_argument("--repeat", type=int, default=5, help="interleaved timing rounds (the median is reported)")
+    p.add_argument("--repeat", type=int, default=11, help="interleaved timing rounds (the median is reported)")
     p.add_argument("--min-round-s", type=float, default=0.2, help="each peer runs at least this long per round")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="corpus")
