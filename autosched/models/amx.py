@@ -8,7 +8,9 @@ and a constant bf16 weight ``W[K, N]`` (N a multiple of 32, K of 32) becomes a c
 channels-last convolution (NHWC, OHWI weights, no groups or dilation) becomes the same kernel on its patches: the
 padded input sliced once per kernel tap and concatenated along channels (im2col), by the weight as
 [kh * kw * c, o]. The rescale, bias, activation and residual that follow stay the tuned elementwise kernels they
-were. A target without AMX, or a process Linux refuses AMX, keeps the tuned low-precision kernels.
+were. A target without AMX but with AVX512-BF16 (AMD Zen 4/5, Intel Cooper Lake) gets the same rewrite for bf16,
+onto ``x86_lowp.bf16_dense`` (``vdpbf16ps``; N and K multiples of 32). A target with neither, or a process Linux
+refuses AMX, keeps the tuned low-precision kernels.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 from autosched._tvm import IRModule, Target, mutate_graph_functions, relax, tvm
 from autosched.models.reshape_sinking import _shape
 from autosched.spaces.x86_amx import BF16, KINDS, AmxKind, amx_matmul, fits, has_amx, pack_weight
+from autosched.spaces.x86_lowp import bf16_dense, fits_bf16_dense, has_avx512_bf16, pack_bf16_weight
 
 HAND_KERNEL_ATTR = "autosched.hand_kernel"  # a PrimFunc no search schedules: not a tuning task
 
@@ -56,9 +59,10 @@ def _kind(call: Any) -> AmxKind | None:
 
 @relax.expr_functor.mutator
 class _AmxMatmuls(relax.PyExprMutator):
-    def __init__(self, mod: IRModule, kinds: list[AmxKind]) -> None:
+    def __init__(self, mod: IRModule, kinds: list[AmxKind], avx512_bf16: bool = False) -> None:
         super().__init__(mod)
-        self.kinds = kinds
+        self.kinds = kinds + ([BF16] if avx512_bf16 else [])
+        self.avx512_bf16 = avx512_bf16  # bf16 by AVX512-BF16's kernel (no AMX bf16 here)
         self.kernels: dict[tuple[int, int, int, str], Any] = {}
         self.n_rewritten = 0
 
@@ -108,23 +112,28 @@ class _AmxMatmuls(relax.PyExprMutator):
     def _on_amx(self, rows: Any, weight: np.ndarray, kind: AmxKind) -> Any | None:
         """rows[m, k] . weight[k, n] by the AMX kernel of ``kind``, or None if the extents do not fit it."""
         (k, n), m = weight.shape, int(self.builder_.normalize(rows).ty.shape.values[0])
-        if not fits(n, k, kind) or m == 0:
+        avx512 = kind is BF16 and self.avx512_bf16
+        if not (fits_bf16_dense(n, k) if avx512 else fits(n, k, kind)) or m == 0:
             return None
         key = (m, n, k, kind.name)
         if key not in self.kernels:
-            kernel = amx_matmul(m, n, k, kind).without_attr("global_symbol").with_attr(HAND_KERNEL_ATTR, True)
-            self.kernels[key] = self.builder_.add_func(kernel, f"amx_{kind.name}_matmul_{m}x{n}x{k}")
-        return relax.call_tir(self.kernels[key], [rows, relax.const(tvm.runtime.tensor(
-            pack_weight(np.ascontiguousarray(weight), kind)))], relax.TensorType((m, n), kind.acc_dtype))
+            kernel = bf16_dense(m, n, k) if avx512 else amx_matmul(m, n, k, kind)
+            kernel = kernel.without_attr("global_symbol").with_attr(HAND_KERNEL_ATTR, True)
+            self.kernels[key] = self.builder_.add_func(
+                kernel, f"{'avx512' if avx512 else 'amx'}_{kind.name}_matmul_{m}x{n}x{k}")
+        packed = pack_bf16_weight(weight) if avx512 else pack_weight(np.ascontiguousarray(weight), kind)
+        return relax.call_tir(self.kernels[key], [rows, relax.const(tvm.runtime.tensor(packed))],
+                              relax.TensorType((m, n), kind.acc_dtype))
 
 
 @tvm.transform.module_pass(opt_level=0, name="AmxMatmuls")
 def amx_matmuls(mod: IRModule, ctx: Any) -> IRModule:
     target = Target.current()
     kinds = [kind for kind in KINDS.values() if target is not None and has_amx(target, kind)]
-    if not kinds:
+    avx512_bf16 = target is not None and BF16 not in kinds and has_avx512_bf16(target)
+    if not kinds and not avx512_bf16:
         return mod
-    rewriter = _AmxMatmuls(mod, kinds)
+    rewriter = _AmxMatmuls(mod, kinds, avx512_bf16)
     return mutate_graph_functions(mod, rewriter, lambda: rewriter.n_rewritten > 0)
 
 

@@ -196,9 +196,10 @@ def graph_passes(precision: str = "fp32") -> list[GraphPass]:
     if precision == "fp32":
         return GRAPH_PASSES
     at = next(i for i, p in enumerate(GRAPH_PASSES) if p.name == "legalize ops to TIR")
-    amx = []  # bf16 and int8 products go to AMX kernels where the target has AMX (else no change)
+    amx = []  # bf16 and int8 products go to AMX kernels where the target has AMX, bf16 to AVX512-BF16's else
     if precision in ("bf16", "int8"):
-        amx = [GraphPass(f"{precision} matmuls against constant weights on AMX tiles", lambda: amx_matmuls)]
+        amx = [GraphPass(f"{precision} matmuls against constant weights on AMX tiles (bf16: or AVX512-BF16)",
+                         lambda: amx_matmuls)]
     if precision == "int8":  # a QDQ model's own quantized products first: before constant folding dequantizes
         mixed = GraphPass("matmuls and convolutions against weights in int8 (calibrated), int32 accumulation",
                           int8_pass, optional=False)

@@ -1,13 +1,16 @@
 """bf16 matmuls against constant weights on AMX tiles: rewritten where the target has AMX bf16 and the extents fit,
-never tuning tasks, left as tuned bf16 matmuls elsewhere; the build matches float32 on a CPU with AMX."""
+never tuning tasks, left as tuned bf16 matmuls elsewhere; the build matches float32 on a CPU with AMX. Without AMX
+but with AVX512-BF16 (Zen 4/5), bf16 ones become ``vdpbf16ps`` kernels the same way."""
 
 from __future__ import annotations
 
+import ml_dtypes
+import numpy as np
 import pytest
 from conftest import _f32, _model, ffn_block
 from onnx import TensorProto, helper
 
-from autosched._tvm import PrimFunc, arg_specs
+from autosched._tvm import IRModule, PrimFunc, arg_specs, tvm
 from autosched.api import compile as compile_api
 from autosched.models.amx import is_hand_kernel
 from autosched.models.frontends import load_model
@@ -15,12 +18,16 @@ from autosched.models.graph import fusion_groups, rewrite
 from autosched.models.precision import with_precision
 from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
 from autosched.spaces.x86_amx import BF16, INT8, has_amx
+from autosched.spaces.x86_lowp import bf16_dense, has_avx512_bf16, pack_bf16_weight
 from autosched.targets import make_target
 
 pytest.importorskip("onnxruntime")
 
 SAPPHIRE_RAPIDS = make_target('{"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 1}')
 SKYLAKE = make_target('{"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 1}')
+ZEN4 = make_target('{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}')  # AVX512-BF16, no AMX
+avx512_bf16_here = pytest.mark.skipif(not has_avx512_bf16(make_target("llvm", 1)) or has_amx(make_target("llvm", 1)),
+                                      reason="this CPU has no AVX512-BF16, or has AMX (which takes bf16 instead)")
 amx_here = pytest.mark.skipif(not has_amx(make_target("llvm", 1), BF16),
                               reason="this CPU has no AMX bf16 (or Linux refuses it)")
 int8_amx_here = pytest.mark.skipif(not has_amx(make_target("llvm", 1), INT8),
@@ -44,7 +51,7 @@ def _fused_bf16(source, target, precision="bf16"):
 
 
 def _hand_kernels(fused) -> list[tuple[int, int, int]]:
-    """(m, n, k) of every AMX kernel the graph calls."""
+    """(m, n, k) of every AMX (or AVX512-BF16) kernel the graph calls."""
     shapes = []
     for _, func in fused.functions_items():
         if isinstance(func, PrimFunc) and is_hand_kernel(func):
@@ -107,3 +114,44 @@ def test_an_int8_amx_build_matches_float32(onnx_file):
     path = onnx_file(ffn_block(seq=8, d=64, hidden=128), "ffn.onnx")
     compiled = compile_api(str(path), "llvm", n_threads=1, precision="int8")
     assert 0 < compiled.precision_error < 5e-2
+
+
+def test_without_amx_bf16_matmuls_and_convolutions_become_avx512_bf16_kernels():
+    fused = _fused_bf16(ffn_block(seq=8, d=32, hidden=64), ZEN4)
+    assert _hand_kernels(fused) == [(8, 32, 64), (8, 64, 32)]
+    assert all(gv.name_hint.startswith("avx512_bf16_matmul") for gv, f in fused.functions_items()
+               if isinstance(f, PrimFunc) and is_hand_kernel(f))
+    assert not any("matmul" in g.name for g in fusion_groups(fused))
+    assert _hand_kernels(_fused_bf16(conv_stack(), ZEN4)) == [(25, 64, 32), (100, 32, 288)]
+    assert _hand_kernels(_fused_bf16(ffn_block(seq=8, d=16, hidden=32), ZEN4)) == []  # K = 16: tuned instead
+    assert _hand_kernels(_fused_bf16(ffn_block(seq=8, d=64, hidden=128), ZEN4, "int8")) == []  # bf16 only
+
+
+def test_the_avx512_bf16_kernel_is_vdpbf16ps_code_in_parallel():
+    lib = tvm.compile(IRModule({"main": bf16_dense(6, 64, 64).with_attr("global_symbol", "main")}), target=ZEN4)
+    asm = lib.mod.inspect_source("asm")
+    assert "vdpbf16ps" in asm and "zmm" in asm
+    assert "TVMBackendParallelLaunch" in lib.mod.inspect_source("ll")  # column panels x row blocks
+
+
+@avx512_bf16_here
+def test_the_avx512_bf16_kernel_matches_numpy():
+    rng = np.random.default_rng(0)
+    m, n, k = 10, 96, 64  # 10 rows: row tiles of 2
+    a, w = (rng.standard_normal(s).astype(ml_dtypes.bfloat16) for s in ((m, k), (k, n)))
+    out = tvm.runtime.empty((m, n), "float32", tvm.cpu())
+    lib = tvm.compile(IRModule({"main": bf16_dense(m, n, k).with_attr("global_symbol", "main")}),
+                      target=make_target("llvm", 2))
+    lib.mod["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(pack_bf16_weight(w)), out)
+    want = a.astype(np.float32) @ w.astype(np.float32)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-4)
+
+
+@avx512_bf16_here
+def test_an_avx512_bf16_build_matches_float32(onnx_file):
+    for source, name in ((ffn_block(seq=8, d=32, hidden=64), "ffn.onnx"), (conv_stack(), "convs.onnx")):
+        path = onnx_file(source, name)
+        compiled = compile_api(str(path), "llvm", n_threads=2, precision="bf16")
+        model = load_model(str(path))
+        x = model.random_inputs(3)
+        assert max_relative_error(compiled(*x), run_onnxruntime(onnxruntime_session(model, 1), model, x)) < 2e-2
