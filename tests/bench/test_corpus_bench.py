@@ -32,6 +32,7 @@ def test_retime_needs_the_databases_folder():
 
 
 def test_retime_without_a_finished_row_says_what_to_do(tmp_path):
+    pytest.importorskip("threadpoolctl")  # the benchmarks' own extra (.[bench]): the script reads the machine first
     result = corpus("--retime", "--models", "squeezenet1_0", "--size", "small", "--db-dir", str(tmp_path),
                     "--out", str(tmp_path / "out"), timeout=120)
     assert result.returncode != 0
