@@ -117,11 +117,11 @@ def _tune(args, name: str, tasks, target, db_path: Path, row: dict) -> object | 
     from autosched import TuneConfig, open_database
     from autosched.models.tuning import tune_model_tasks
     from autosched.session import TuningSession
-    from autosched.tune import BASELINE_DECISIONS, Deadline
+    from autosched.tune import Deadline
 
     if args.retime:  # the database tuned by an earlier run, as it is: nothing is measured
         db = open_database(str(db_path))
-        row["tasks_tuned"] = sum(any(r.decisions != BASELINE_DECISIONS for r in db.records(t.key)) for t in tasks)
+        row["tasks_tuned"] = _tasks_tuned(db, tasks)
         return db
     trials, seconds = tuning_budget(args, name, len(tasks))
     row["trials_per_task"], row["time_budget_s"] = trials, seconds
@@ -137,13 +137,15 @@ def _tune(args, name: str, tasks, target, db_path: Path, row: dict) -> object | 
     row["tune_s"] = time.perf_counter() - start
     row.update(trials=result.n_new, out_of_time=result.out_of_time, tasks_searched=result.n_tuned,
                tasks_default=result.n_default, tasks_unmeasured=len(result.unmeasured))
-    # tuned: a measured schedule (searched or default) beyond the untuned baseline is in the database
-    row["tasks_tuned"] = sum(any(r.decisions != BASELINE_DECISIONS for r in db.records(t.key)) for t in tasks)
+    row["tasks_tuned"] = _tasks_tuned(db, tasks)
     return db
 
 
-def _interleaved(calls: dict, repeat: int, min_round_s: float) -> dict[str, list[float]]:
-    return time_interleaved(calls, repeat, min_round_s)
+def _tasks_tuned(db, tasks) -> int:
+    """Tasks with a measured schedule (searched or default) beyond the untuned baseline in the database."""
+    from autosched.tune import BASELINE_DECISIONS
+
+    return sum(any(r.decisions != BASELINE_DECISIONS for r in db.records(t.key)) for t in tasks)
 
 
 def paired_ratio(mine: list[float], theirs: list[float]) -> float:
@@ -189,7 +191,7 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
         row["torch_max_rel_error_vs_ort"] = max_relative_error(_step(row, "torch", _eager, module, inputs), want)
         torch.set_num_threads(args.threads)
         with torch.no_grad():
-            rounds = _step(row, "timing", _interleaved, {
+            rounds = _step(row, "timing", time_interleaved, {
                 "autosched": lambda: compiled(*arrays), "onnxruntime": lambda: session.run(None, feed),
                 "torch": lambda: module(*inputs)}, args.repeat, args.min_round_s)
         row.update({f"{peer}_s": statistics.median(s) for peer, s in rounds.items()}, load=load_now(), ok=True)

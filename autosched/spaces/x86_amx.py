@@ -227,11 +227,11 @@ def amx_matmul(m: int, n: int, k: int, kind: AmxKind = BF16) -> PrimFunc:
     return kernel
 
 
-def pack_weight(w: np.ndarray, kind: AmxKind = BF16) -> np.ndarray:
-    """W[K, N] -> Wp[N/32, K/pack, 32, pack], the layout AMX reads B tiles in (``pack`` values of k side by
-    side: 2 for bf16, 4 for int8)."""
+def pack_weight(w: np.ndarray, kind: AmxKind = BF16, block: int = BLOCK) -> np.ndarray:
+    """W[K, N] -> Wp[N/block, K/pack, block, pack], the layout AMX reads B tiles in (``pack`` values of k side by
+    side: 2 for bf16, 4 for int8; AVX512-BF16's kernel reads the same with blocks of 16 columns)."""
     k, n = w.shape
-    return np.ascontiguousarray(w.reshape(k // kind.pack, kind.pack, n // BLOCK, BLOCK).transpose(2, 0, 3, 1))
+    return np.ascontiguousarray(w.reshape(k // kind.pack, kind.pack, n // block, block).transpose(2, 0, 3, 1))
 
 
 def has_amx(target: Target, kind: AmxKind = BF16) -> bool:

@@ -247,7 +247,6 @@ def bf16_dense(m: int, n: int, k: int) -> object:
 
 def pack_bf16_weight(w: object) -> object:
     """W[K, N] -> Wp[N/16, K/2, 16, 2], the layout ``bf16_dense`` reads (two values of k side by side)."""
-    import numpy as np
+    from autosched.spaces.x86_amx import BF16, pack_weight
 
-    k, n = w.shape
-    return np.ascontiguousarray(w.reshape(k // 2, 2, n // 16, 16).transpose(2, 0, 3, 1))
+    return pack_weight(w, BF16, block=16)
