@@ -8,9 +8,11 @@ and a constant bf16 weight ``W[K, N]`` (N a multiple of 32, K of 32) becomes a c
 channels-last convolution (NHWC, OHWI weights, no groups or dilation) becomes the same kernel on its patches: the
 padded input sliced once per kernel tap and concatenated along channels (im2col), by the weight as
 [kh * kw * c, o]. The rescale, bias, activation and residual that follow stay the tuned elementwise kernels they
-were. A target without AMX but with AVX512-BF16 (AMD Zen 4/5, Intel Cooper Lake) gets the same rewrite for bf16,
-onto ``x86_lowp.bf16_dense`` (``vdpbf16ps``; N and K multiples of 32). A target with neither, or a process Linux
-refuses AMX, keeps the tuned low-precision kernels.
+were. A target without AMX but with AVX512-BF16 or AVX512-VNNI (AMD Zen 4/5, Intel Ice Lake, Cooper Lake) gets the
+same rewrite onto ``x86_lowp.lowp_dense`` (``vdpbf16ps`` / ``vpdpbusd``; N and K multiples of 32). ``vpdpbusd``
+multiplies unsigned by signed bytes, so there the int8 activation (within +-127) goes in shifted to uint8
+(x + 128) and the product comes out corrected by the constant 128 * sum_k W[k, n] per column: exact in int32.
+A target with none of these, or a process Linux refuses AMX, keeps the tuned low-precision kernels.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ import numpy as np
 
 from autosched._tvm import IRModule, Target, mutate_graph_functions, relax, tvm
 from autosched.models.reshape_sinking import _shape
-from autosched.spaces.x86_amx import BF16, KINDS, AmxKind, amx_matmul, fits, has_amx, pack_weight
-from autosched.spaces.x86_lowp import bf16_dense, fits_bf16_dense, has_avx512_bf16, pack_bf16_weight
+from autosched.spaces.x86_amx import BF16, INT8, KINDS, AmxKind, amx_matmul, fits, has_amx, pack_weight
+from autosched.spaces.x86_lowp import fits_lowp_dense, has_lowp_dense, lowp_dense, pack_lowp_weight
 
 HAND_KERNEL_ATTR = "autosched.hand_kernel"  # a PrimFunc no search schedules: not a tuning task
+VNNI_SHIFT = 128  # int8 -> uint8 for vpdpbusd
 
 
 def _dtype(expr: Any) -> str:
@@ -59,10 +62,10 @@ def _kind(call: Any) -> AmxKind | None:
 
 @relax.expr_functor.mutator
 class _AmxMatmuls(relax.PyExprMutator):
-    def __init__(self, mod: IRModule, kinds: list[AmxKind], avx512_bf16: bool = False) -> None:
+    def __init__(self, mod: IRModule, kinds: list[AmxKind], avx512_kinds: list[AmxKind] = ()) -> None:
         super().__init__(mod)
-        self.kinds = kinds + ([BF16] if avx512_bf16 else [])
-        self.avx512_bf16 = avx512_bf16  # bf16 by AVX512-BF16's kernel (no AMX bf16 here)
+        self.kinds = kinds + list(avx512_kinds)
+        self.avx512_kinds = list(avx512_kinds)  # by AVX-512's kernel (no AMX for them here)
         self.kernels: dict[tuple[int, int, int, str], Any] = {}
         self.n_rewritten = 0
 
@@ -110,30 +113,42 @@ class _AmxMatmuls(relax.PyExprMutator):
         return None if rows is None else relax.op.reshape(rows, [n, oh, ow, o])
 
     def _on_amx(self, rows: Any, weight: np.ndarray, kind: AmxKind) -> Any | None:
-        """rows[m, k] . weight[k, n] by the AMX kernel of ``kind``, or None if the extents do not fit it."""
+        """rows[m, k] . weight[k, n] by the AMX (or AVX-512) kernel of ``kind``, or None if the extents do not
+        fit it."""
         (k, n), m = weight.shape, int(self.builder_.normalize(rows).ty.shape.values[0])
-        avx512 = kind is BF16 and self.avx512_bf16
-        if not (fits_bf16_dense(n, k) if avx512 else fits(n, k, kind)) or m == 0:
+        avx512 = kind in self.avx512_kinds
+        if not (fits_lowp_dense(n, k, kind.name) if avx512 else fits(n, k, kind)) or m == 0:
             return None
         key = (m, n, k, kind.name)
         if key not in self.kernels:
-            kernel = bf16_dense(m, n, k) if avx512 else amx_matmul(m, n, k, kind)
+            kernel = lowp_dense(m, n, k, kind.name) if avx512 else amx_matmul(m, n, k, kind)
             kernel = kernel.without_attr("global_symbol").with_attr(HAND_KERNEL_ATTR, True)
             self.kernels[key] = self.builder_.add_func(
                 kernel, f"{'avx512' if avx512 else 'amx'}_{kind.name}_matmul_{m}x{n}x{k}")
-        packed = pack_bf16_weight(weight) if avx512 else pack_weight(np.ascontiguousarray(weight), kind)
-        return relax.call_tir(self.kernels[key], [rows, relax.const(tvm.runtime.tensor(packed))],
-                              relax.TensorType((m, n), kind.acc_dtype))
+        weight = np.ascontiguousarray(weight)
+        packed = pack_lowp_weight(weight, kind.name) if avx512 else pack_weight(weight, kind)
+        vnni = avx512 and kind is INT8
+        if vnni:
+            rows = relax.op.astype(relax.op.add(relax.op.astype(rows, "int32"),
+                                                relax.const(VNNI_SHIFT, "int32")), "uint8")
+        out = relax.call_tir(self.kernels[key], [rows, relax.const(tvm.runtime.tensor(packed))],
+                             relax.TensorType((m, n), kind.acc_dtype))
+        if vnni:
+            correction = (VNNI_SHIFT * weight.astype(np.int64).sum(axis=0)).astype(np.int32)
+            out = relax.op.subtract(out, relax.const(correction))
+        return out
 
 
 @tvm.transform.module_pass(opt_level=0, name="AmxMatmuls")
 def amx_matmuls(mod: IRModule, ctx: Any) -> IRModule:
     target = Target.current()
-    kinds = [kind for kind in KINDS.values() if target is not None and has_amx(target, kind)]
-    avx512_bf16 = target is not None and BF16 not in kinds and has_avx512_bf16(target)
-    if not kinds and not avx512_bf16:
+    if target is None:
         return mod
-    rewriter = _AmxMatmuls(mod, kinds, avx512_bf16)
+    kinds = [kind for kind in KINDS.values() if has_amx(target, kind)]
+    avx512_kinds = [kind for kind in KINDS.values() if kind not in kinds and has_lowp_dense(target, kind.name)]
+    if not kinds and not avx512_kinds:
+        return mod
+    rewriter = _AmxMatmuls(mod, kinds, avx512_kinds)
     return mutate_graph_functions(mod, rewriter, lambda: rewriter.n_rewritten > 0)
 
 

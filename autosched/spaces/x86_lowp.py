@@ -15,11 +15,12 @@ B[N, K] -> Bp[N/16, K/2, 16, 2] (bf16) or Bp[N/16, K/4, 16, 4] (int8); the activ
 by hand (``sch.tensorize``) or with ``ms.schedule_rule.MultiLevelTilingWithIntrin(intrin_name, ...)`` +
 ``ms.postproc.RewriteTensorize(vectorize_init_loop=True)``.
 
-``packed_dense`` and ``tensorized_dense`` build and schedule such a dense by hand; ``bf16_dense`` is the kernel
-that bf16 matmuls against constant weights become on a CPU with AVX512-BF16 and no AMX (a graph rewrite,
-``autosched.models.amx``: weights packed by ``pack_bf16_weight`` at compile time). On Zen 5, one thread,
-128 x 3072 x 768: 210 GFLOPS, against ~115 for the tuned float32 matmul. The search spaces do not use these
-intrinsics (int8 by VNNI would need u8 activations: a shifted input and a column-sum correction).
+``packed_dense`` and ``tensorized_dense`` build and schedule such a dense by hand; ``lowp_dense`` is the kernel
+that bf16 and int8 matmuls against constant weights become on a CPU with AVX512-BF16 / AVX512-VNNI and no AMX (a
+graph rewrite, ``autosched.models.amx``: weights packed by ``pack_lowp_weight`` at compile time; int8 activations
+shifted to uint8 and the product corrected by a per-column constant). On Zen 5, one thread, 128 x 3072 x 768:
+bf16 210 GFLOPS, int8 ~445 GOPS, against ~115 GFLOPS for the tuned float32 matmul. The search spaces do not use
+these intrinsics.
 
 Semantics of vdpbf16ps (per lane i): C[i] = C[i] + A[2i]*B[2i] + A[2i+1]*B[2i+1] in fp32, denormal
 inputs/outputs flushed to zero, round-to-nearest-even; the ref twins accumulate in the same k order.
@@ -213,40 +214,47 @@ def tensorized_dense(mod: object, intrin: str, kk: int, ti: int = 4, tj: int = 4
     return sch
 
 
-BF16_DENSE_TILES = (4, 2, 16)  # rows x 16-lane column vectors x k steps: the best of a few on Zen 5 (one thread)
+# rows x 16-lane column vectors x k steps per kind: the best of a few on Zen 5 (one thread)
+DENSE_TILES = {"bf16": (4, 2, 16), "int8": (4, 2, 8)}
+_FEATURES = {"bf16": "avx512bf16", "int8": "avx512vnni"}
+_INTRINS = {"bf16": BF16_DOT_16x2, "int8": U8I8_DOT_16x4}
+_K_PACK = {"bf16": 2, "int8": 4}
 
 
-def has_avx512_bf16(target: object) -> bool:
-    """Whether ``target`` is an LLVM target with AVX512-BF16 (``vdpbf16ps``)."""
+def has_lowp_dense(target: object, kind: str) -> bool:
+    """Whether ``target`` is an LLVM target with the instruction ``lowp_dense`` uses for ``kind``
+    (AVX512-BF16's ``vdpbf16ps``, AVX512-VNNI's ``vpdpbusd``)."""
     from autosched._tvm import tvm
 
     if str(target.kind.name) != "llvm":
         return False
-    return "avx512bf16" in {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target)}
+    return _FEATURES[kind] in {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target)}
 
 
-def fits_bf16_dense(n: int, k: int) -> bool:
-    """Whether ``bf16_dense`` takes B[k, n] (any number of rows of A)."""
-    _, tj, tk = BF16_DENSE_TILES
-    return n % (16 * tj) == 0 and k % (2 * tk) == 0
+def fits_lowp_dense(n: int, k: int, kind: str) -> bool:
+    """Whether ``lowp_dense`` takes B[k, n] of ``kind`` (any number of rows of A)."""
+    _, tj, tk = DENSE_TILES[kind]
+    return n % (16 * tj) == 0 and k % (_K_PACK[kind] * tk) == 0
 
 
-def bf16_dense(m: int, n: int, k: int) -> object:
-    """The kernel for C[m, n] (float32) = A[m, k] . B[k, n] (bf16) with B packed by ``pack_bf16_weight``
-    (``fits_bf16_dense(n, k)``): ``BF16_DENSE_TILES`` accumulators in registers (fewer rows per tile where m is
-    not a multiple of 4), one ``vdpbf16ps`` per (16, 2) block, column panels x row blocks in parallel."""
-    if not fits_bf16_dense(n, k) or m < 1:
-        raise ValueError(f"AVX512-BF16 matmul {m}x{n}x{k}: n must be a multiple of {16 * BF16_DENSE_TILES[1]} "
-                         f"and k of {2 * BF16_DENSE_TILES[2]}")
+def lowp_dense(m: int, n: int, k: int, kind: str) -> object:
+    """The kernel for C[m, n] = A[m, k] . B[k, n] with B packed by ``pack_lowp_weight`` (``fits_lowp_dense``):
+    bf16 x bf16 -> float32 (``vdpbf16ps``), or uint8 x int8 -> int32 (``vpdpbusd``; A is unsigned). The
+    ``DENSE_TILES`` accumulators in registers (fewer rows per tile where m is not a multiple of 4), one
+    instruction per (16, 2 or 4) block, column panels x row blocks in parallel."""
+    _, tj, tk = DENSE_TILES[kind]
+    if not fits_lowp_dense(n, k, kind) or m < 1:
+        raise ValueError(f"AVX-512 {kind} matmul {m}x{n}x{k}: n must be a multiple of {16 * tj} "
+                         f"and k of {_K_PACK[kind] * tk}")
     register_lowp_intrins()
-    ti, tj, tk = BF16_DENSE_TILES
-    ti = next(t for t in (ti, 2, 1) if m % t == 0)
-    sch = tensorized_dense(packed_dense(m, n, k, "bf16"), BF16_DOT_16x2, 2, ti, tj, tk, parallel=True)
+    ti = next(t for t in (DENSE_TILES[kind][0], 2, 1) if m % t == 0)
+    sch = tensorized_dense(packed_dense(m, n, k, kind), _INTRINS[kind], _K_PACK[kind], ti, tj, tk, parallel=True)
     return sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr("op_pattern", 8)
 
 
-def pack_bf16_weight(w: object) -> object:
-    """W[K, N] -> Wp[N/16, K/2, 16, 2], the layout ``bf16_dense`` reads (two values of k side by side)."""
-    from autosched.spaces.x86_amx import BF16, pack_weight
+def pack_lowp_weight(w: object, kind: str) -> object:
+    """W[K, N] -> Wp[N/16, K/kk, 16, kk], the layout ``lowp_dense`` reads (kk = 2 bf16 / 4 int8 values of k
+    side by side)."""
+    from autosched.spaces.x86_amx import KINDS, pack_weight
 
-    return pack_weight(w, BF16, block=16)
+    return pack_weight(w, KINDS[kind], block=16)

@@ -18,7 +18,7 @@ from autosched.models.graph import fusion_groups, rewrite
 from autosched.models.precision import with_precision
 from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
 from autosched.spaces.x86_amx import BF16, INT8, has_amx
-from autosched.spaces.x86_lowp import bf16_dense, has_avx512_bf16, pack_bf16_weight
+from autosched.spaces.x86_lowp import has_lowp_dense, lowp_dense, pack_lowp_weight
 from autosched.targets import make_target
 
 pytest.importorskip("onnxruntime")
@@ -26,8 +26,11 @@ pytest.importorskip("onnxruntime")
 SAPPHIRE_RAPIDS = make_target('{"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 1}')
 SKYLAKE = make_target('{"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 1}')
 ZEN4 = make_target('{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}')  # AVX512-BF16, no AMX
-avx512_bf16_here = pytest.mark.skipif(not has_avx512_bf16(make_target("llvm", 1)) or has_amx(make_target("llvm", 1)),
+HOST = make_target("llvm", 1)
+avx512_bf16_here = pytest.mark.skipif(not has_lowp_dense(HOST, "bf16") or has_amx(HOST),
                                       reason="this CPU has no AVX512-BF16, or has AMX (which takes bf16 instead)")
+vnni_here = pytest.mark.skipif(not has_lowp_dense(HOST, "int8") or has_amx(HOST, INT8),
+                               reason="this CPU has no AVX512-VNNI, or has AMX (which takes int8 instead)")
 amx_here = pytest.mark.skipif(not has_amx(make_target("llvm", 1), BF16),
                               reason="this CPU has no AMX bf16 (or Linux refuses it)")
 int8_amx_here = pytest.mark.skipif(not has_amx(make_target("llvm", 1), INT8),
@@ -124,13 +127,22 @@ def test_without_amx_bf16_matmuls_and_convolutions_become_avx512_bf16_kernels():
     assert not any("matmul" in g.name for g in fusion_groups(fused))
     assert _hand_kernels(_fused_bf16(conv_stack(), ZEN4)) == [(25, 64, 32), (100, 32, 288)]
     assert _hand_kernels(_fused_bf16(ffn_block(seq=8, d=16, hidden=32), ZEN4)) == []  # K = 16: tuned instead
-    assert _hand_kernels(_fused_bf16(ffn_block(seq=8, d=64, hidden=128), ZEN4, "int8")) == []  # bf16 only
 
 
-def test_the_avx512_bf16_kernel_is_vdpbf16ps_code_in_parallel():
-    lib = tvm.compile(IRModule({"main": bf16_dense(6, 64, 64).with_attr("global_symbol", "main")}), target=ZEN4)
+def test_without_amx_int8_products_become_vnni_kernels_on_shifted_activations():
+    fused = _fused_bf16(ffn_block(seq=8, d=32, hidden=64), ZEN4, "int8")
+    assert _hand_kernels(fused) == [(8, 32, 64, "uint8"), (8, 64, 32, "uint8")]
+    assert not any("matmul" in g.name for g in fusion_groups(fused))
+    # the 3x3 conv (9 taps x 32 channels) and the 1x1 (32 channels); the last conv has 8 output channels
+    assert _hand_kernels(_fused_bf16(conv_stack(), ZEN4, "int8")) == [(25, 64, 32, "uint8"), (100, 32, 288, "uint8")]
+    assert _hand_kernels(_fused_bf16(ffn_block(seq=8, d=16, hidden=32), ZEN4, "int8")) == []  # K = 16: tuned
+
+
+@pytest.mark.parametrize("kind, instruction", [("bf16", "vdpbf16ps"), ("int8", "vpdpbusd")])
+def test_the_avx512_kernel_is_its_instruction_on_zmm_in_parallel(kind, instruction):
+    lib = tvm.compile(IRModule({"main": lowp_dense(6, 64, 64, kind).with_attr("global_symbol", "main")}), target=ZEN4)
     asm = lib.mod.inspect_source("asm")
-    assert "vdpbf16ps" in asm and "zmm" in asm
+    assert instruction in asm and "zmm" in asm
     assert "TVMBackendParallelLaunch" in lib.mod.inspect_source("ll")  # column panels x row blocks
 
 
@@ -140,9 +152,9 @@ def test_the_avx512_bf16_kernel_matches_numpy():
     m, n, k = 10, 96, 64  # 10 rows: row tiles of 2
     a, w = (rng.standard_normal(s).astype(ml_dtypes.bfloat16) for s in ((m, k), (k, n)))
     out = tvm.runtime.empty((m, n), "float32", tvm.cpu())
-    lib = tvm.compile(IRModule({"main": bf16_dense(m, n, k).with_attr("global_symbol", "main")}),
+    lib = tvm.compile(IRModule({"main": lowp_dense(m, n, k, "bf16").with_attr("global_symbol", "main")}),
                       target=make_target("llvm", 2))
-    lib.mod["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(pack_bf16_weight(w)), out)
+    lib.mod["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(pack_lowp_weight(w, "bf16")), out)
     want = a.astype(np.float32) @ w.astype(np.float32)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-4)
 
@@ -155,3 +167,29 @@ def test_an_avx512_bf16_build_matches_float32(onnx_file):
         model = load_model(str(path))
         x = model.random_inputs(3)
         assert max_relative_error(compiled(*x), run_onnxruntime(onnxruntime_session(model, 1), model, x)) < 2e-2
+
+
+@vnni_here
+def test_the_vnni_kernel_matches_numpy_exactly():
+    rng = np.random.default_rng(0)
+    m, n, k = 10, 96, 96  # 10 rows: row tiles of 2
+    a, w = rng.integers(0, 256, (m, k)).astype(np.uint8), rng.integers(-127, 128, (k, n)).astype(np.int8)
+    out = tvm.runtime.empty((m, n), "int32", tvm.cpu())
+    lib = tvm.compile(IRModule({"main": lowp_dense(m, n, k, "int8").with_attr("global_symbol", "main")}),
+                      target=make_target("llvm", 2))
+    lib.mod["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(pack_lowp_weight(w, "int8")), out)
+    np.testing.assert_array_equal(out.numpy(), a.astype(np.int32) @ w.astype(np.int32))
+
+
+@vnni_here
+def test_a_vnni_int8_build_gives_what_the_tuned_int8_kernels_give(onnx_file):
+    """The uint8 shift and its column-sum correction are exact: the build on this CPU (VNNI kernels) and one for
+    Skylake-AVX512 (no VNNI: the int8 x int8 kernels stay tasks) agree to float32 rounding."""
+    skylake = make_target('{"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}')
+    for source, name in ((ffn_block(seq=8, d=32, hidden=64), "ffn.onnx"), (conv_stack(), "convs.onnx")):
+        path = onnx_file(source, name)
+        vnni = compile_api(str(path), "llvm", n_threads=2, precision="int8")
+        plain = compile_api(str(path), skylake, precision="int8")
+        assert 0 < vnni.precision_error < 5e-2
+        x = load_model(str(path)).random_inputs(3)
+        np.testing.assert_allclose(vnni(*x), plain(*x), rtol=1e-5, atol=1e-5)
