@@ -11,7 +11,8 @@ padded input sliced once per kernel tap and concatenated along channels (im2col)
 were. A target without AMX but with AVX512-BF16 or AVX512-VNNI (AMD Zen 4/5, Intel Ice Lake, Cooper Lake) gets the
 same rewrite onto ``x86_lowp.lowp_dense`` (``vdpbf16ps`` / ``vpdpbusd``; N and K multiples of 32). ``vpdpbusd``
 multiplies unsigned by signed bytes, so there the int8 activation (within +-127) goes in shifted to uint8
-(x + 128) and the product comes out corrected by the constant 128 * sum_k W[k, n] per column: exact in int32.
+(x + 128) and the product comes out corrected by the constant 128 * sum_k W[k, n] per column: exact in int32;
+a quantized model's own uint8 activations (QDQ, ``autosched.models.qdq``) go in as they are.
 A target with none of these, or a process Linux refuses AMX, keeps the tuned low-precision kernels.
 """
 
@@ -57,6 +58,8 @@ def _kind(call: Any) -> AmxKind | None:
     if not (isinstance(call.op, tvm.ir.Op) and call.op.name in ("relax.matmul", "relax.nn.conv2d")):
         return None
     types = (_dtype(call.args[0]), str(call.attrs.out_dtype))
+    if types == ("uint8", "int32"):  # a quantized model's own uint8 activations (``autosched.models.qdq``)
+        return INT8
     return next((kind for kind in KINDS.values() if types == (kind.dtype, kind.acc_dtype)), None)
 
 
@@ -72,8 +75,8 @@ class _AmxMatmuls(relax.PyExprMutator):
     def visit_call_(self, op: Any) -> Any:
         call = self.visit_expr_post_order(op)
         kind = _kind(call)
-        if kind not in self.kinds:
-            return call
+        if kind not in self.kinds or (_dtype(call.args[0]) == "uint8" and kind not in self.avx512_kinds):
+            return call  # AMX's int8 kernel is signed x signed; VNNI's takes uint8 as it is
         weight, shape = _constant_weight(call.args[1], self.lookup_binding, kind), _shape(call.args[0])
         if weight is None or shape is None:
             return call
@@ -115,7 +118,8 @@ class _AmxMatmuls(relax.PyExprMutator):
     def _on_amx(self, rows: Any, weight: np.ndarray, kind: AmxKind) -> Any | None:
         """rows[m, k] . weight[k, n] by the AMX (or AVX-512) kernel of ``kind``, or None if the extents do not
         fit it."""
-        (k, n), m = weight.shape, int(self.builder_.normalize(rows).ty.shape.values[0])
+        rows = self.builder_.normalize(rows)
+        (k, n), m = weight.shape, int(rows.ty.shape.values[0])
         avx512 = kind in self.avx512_kinds
         if not (fits_lowp_dense(n, k, kind.name) if avx512 else fits(n, k, kind)) or m == 0:
             return None
@@ -127,7 +131,7 @@ class _AmxMatmuls(relax.PyExprMutator):
                 kernel, f"{'avx512' if avx512 else 'amx'}_{kind.name}_matmul_{m}x{n}x{k}")
         weight = np.ascontiguousarray(weight)
         packed = pack_lowp_weight(weight, kind.name) if avx512 else pack_weight(weight, kind)
-        vnni = avx512 and kind is INT8
+        vnni = avx512 and _dtype(rows) == "int8"  # signed activations: shifted to uint8, corrected after
         if vnni:
             rows = relax.op.astype(relax.op.add(relax.op.astype(rows, "int32"),
                                                 relax.const(VNNI_SHIFT, "int32")), "uint8")

@@ -18,6 +18,7 @@ from autosched.models.graph import fusion_groups, rewrite
 from autosched.models.precision import with_precision
 from autosched.models.qdq import integer_qdq_products
 from autosched.models.reference import max_relative_error
+from autosched.spaces.x86_lowp import has_lowp_dense
 from autosched.tasks import make_target
 
 ort = pytest.importorskip("onnxruntime")
@@ -62,9 +63,12 @@ def _output_step(path: str) -> float:
     return float(onnx.numpy_helper.to_array(scale))
 
 
-def _products(model) -> list:
-    return [g for g in fusion_groups(rewrite(model.mod, make_target("llvm", 1)))
-            if "matmul" in g.name or "conv" in g.name]
+SKYLAKE = make_target('{"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 1}')  # no VNNI: products stay tasks
+ZEN4 = make_target('{"kind": "llvm", "mcpu": "znver4", "num-cores": 1}')  # VNNI: products become its kernel
+
+
+def _products(model, target=SKYLAKE) -> list:
+    return [g for g in fusion_groups(rewrite(model.mod, target)) if "matmul" in g.name or "conv" in g.name]
 
 
 def _int8(path: str):
@@ -98,6 +102,22 @@ def test_int8_computes_quantized_products_in_integers_and_matches_the_model(tmp_
     for seed in range(3):
         inputs = model.random_inputs(seed)
         # float rounding may move a value across a rounding boundary of the output's quantization: one step
+        assert np.abs(compiled(*inputs)[0] - _literal_outputs(path, inputs)).max() <= step * 1.001
+
+
+def test_with_vnni_the_quantized_products_run_its_kernel_on_the_models_own_uint8_activations(tmp_path):
+    path = _quantized(tmp_path, "mlp", mlp(batch=4, d_in=32, hidden=64))  # the first product fits (K 32, N 64)
+    model = _int8(path)
+    fused = rewrite(model.mod, ZEN4)
+    kernels = [f for gv, f in fused.functions_items() if gv.name_hint.startswith("avx512_int8_matmul")]
+    assert [arg_specs(f)[0] for f in kernels] == [((4, 32), "uint8")]
+    assert len(_products(model, ZEN4)) == 1  # the second: 8 outputs
+    if not has_lowp_dense(make_target("llvm", 1), "int8"):
+        pytest.skip("this CPU has no AVX512-VNNI to run the kernel")
+    compiled = compile_unscheduled(model, make_target("llvm", 1))
+    step = _output_step(path)
+    for seed in range(3):
+        inputs = model.random_inputs(seed)
         assert np.abs(compiled(*inputs)[0] - _literal_outputs(path, inputs)).max() <= step * 1.001
 
 
