@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from autosched._tvm import BufferLoad, IRModule, expr_dtype, map_calls, structural_equal, structural_hash, tirx
+from autosched._tvm import IRModule, expr_dtype, map_calls, structural_equal, structural_hash, tirx
 
 log = logging.getLogger("autosched.spaces.fast_math")
 
@@ -37,8 +37,10 @@ def _c(value: float) -> Expr:
 
 
 def _bind(x: Expr, body: Callable[[Expr], Expr], name: str) -> Expr:
-    """``body(x)`` with ``x`` evaluated once (a Let), unless it is already a variable, a constant or a load."""
-    if isinstance(x, (tirx.Var, tirx.FloatImm, BufferLoad)):
+    """``body(x)`` with ``x`` evaluated once (a Let), unless it is already a variable or a constant. A load is
+    bound too: inlining its producer puts an expression there, with Lets of its own, which a second use would
+    define twice (an ill-formed function: LSTM's tanh of sigmoids inlined into a concatenation)."""
+    if isinstance(x, (tirx.Var, tirx.FloatImm)):
         return body(x)
     var = tirx.Var(name, F32)
     return tirx.Let(var, x, body(var))

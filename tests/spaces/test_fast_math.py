@@ -103,6 +103,22 @@ def test_the_rewrite_of_a_same_structure_module_keeps_its_own_names():
     s_tir.Schedule(again).get_sblock("lv8_out")  # a trace recorded on this model finds its blocks by name
 
 
+def test_a_rewritten_producer_inlined_into_a_rewritten_consumer_stays_well_formed(cpu_target):
+    """tanh(sigmoid(x)), as in an LSTM cell: the sigmoid (with Lets of its own) is inlined into the tanh, which
+    reads its input more than once; each read must not copy the sigmoid's Lets (one variable defined twice is an
+    ill-formed function: no design space, the group ran untuned)."""
+    x = te.placeholder((64,), "float32", name="X")
+    s = te.compute((64,), lambda i: te.sigmoid(x[i]), name="S")
+    y = te.compute((64,), lambda i: te.tanh(s[i]), name="Y")
+    fast = rewrite(tvm.IRModule({"main": te.create_prim_func([x, y])}), ["sigmoid", "tanh"])
+    sch = s_tir.Schedule(fast)  # raised "multiple definitions of exp_xc" (a schedule checks well-formedness)
+    assert len(sch.get_child_blocks(sch.get_sblock("root"))) == 1  # the sigmoid inlined into the tanh
+    space = TraceSearchSpace(fast, cpu_target, settings_for(cpu_target))
+    xs = np.linspace(-8, 8, 64, dtype=np.float32)
+    np.testing.assert_allclose(_run(space.apply(space.default_params(0)).mod, xs, cpu_target),
+                               np.tanh(special.expit(xs)), rtol=1e-6)
+
+
 def _has_avx512() -> bool:
     try:
         return " avx512f" in Path("/proc/cpuinfo").read_text()
