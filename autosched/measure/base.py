@@ -18,7 +18,9 @@ class TaskIO:
 
 class Builder(abc.ABC):
     @abc.abstractmethod
-    def build(self, candidates: list[Candidate]) -> list[BuildResult]: ...
+    def build(self, candidates: list[Candidate], timeout_s: float | None = None) -> list[BuildResult]:
+        """Build each candidate; ``timeout_s``: a limit other than the builder's own for these (a task's default
+        schedule, built once and what compile falls back to, may take longer than a search allows)."""
 
     def close(self) -> None:
         """Release worker processes."""

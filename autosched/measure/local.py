@@ -88,28 +88,33 @@ class LocalBuilder(Builder):
                  work_dir: str | None = None):
         self.target_json = target_json
         self._pool = _Pool(n_workers or os.cpu_count() or 1, timeout_s)
+        self._other_pools: dict[float, _Pool] = {}  # by timeout: builds given another limit (started when asked)
         self._tmp = tempfile.TemporaryDirectory(prefix="autosched-build-") if work_dir is None else None
         self.work_dir = work_dir or self._tmp.name
         self._count = 0
 
-    def build(self, candidates: list[Candidate]) -> list[BuildResult]:
+    def build(self, candidates: list[Candidate], timeout_s: float | None = None) -> list[BuildResult]:
+        pool = self._pool
+        if timeout_s is not None and timeout_s != pool.timeout_s:
+            pool = self._other_pools.setdefault(timeout_s, _Pool(pool.n_workers, timeout_s))
         jobs = []
         for cand in candidates:
             self._count += 1
             path = os.path.join(self.work_dir, f"cand{self._count}.so")
-            jobs.append((cand, path, self._pool.submit(self.build_fn, cand.mod_json, self.target_json, path)))
+            jobs.append((cand, path, pool.submit(self.build_fn, cand.mod_json, self.target_json, path)))
         out = []
         for cand, path, fut in jobs:
             try:
                 out.append(BuildResult(cand, path, build_s=fut.result()))
             except TimeoutError:
-                out.append(BuildResult(cand, None, f"build timed out after {self._pool.timeout_s:g} s", Status.TIMEOUT))
+                out.append(BuildResult(cand, None, f"build timed out after {pool.timeout_s:g} s", Status.TIMEOUT))
             except Exception as err:  # noqa: BLE001 - any failure is this candidate's result
                 out.append(BuildResult(cand, None, _one_line(err), Status.BUILD_ERROR))
         return out
 
     def close(self) -> None:
-        self._pool.close()
+        for pool in (self._pool, *self._other_pools.values()):
+            pool.close()
         if self._tmp is not None:
             self._tmp.cleanup()
 

@@ -210,9 +210,16 @@ def measure_defaults(session, scheduler: TaskScheduler, db: Database, deadline: 
     return True, n_new
 
 
+DEFAULT_BUILD_PATIENCE = 4  # a default schedule may take this many times the search's build timeout to compile
+
+
 def _measure_defaults(session, batch: list[TaskState], db: Database, report: Callable[[str], None]) -> int:
+    """A batch's default schedules, built with ``DEFAULT_BUILD_PATIENCE`` times the usual limit: each is built
+    once, and is what compile uses where the search found nothing better (an LSTM's 128-way concatenation,
+    partitioned, compiles in ~3 s: at the search's 3 s it timed out and the group ran 80x slower untuned)."""
     cands = [(s, c) for s in batch if (c := default_candidate(s.task, db, session.config.seed)) is not None]
-    builds = session.builder.build([c for _, c in cands]) if cands else []
+    timeout_s = DEFAULT_BUILD_PATIENCE * session.config.build_timeout_for(session.device)
+    builds = session.builder.build([c for _, c in cands], timeout_s=timeout_s) if cands else []
     for (s, cand), build in zip(cands, builds, strict=True):
         res = session.runner.run([build], session.prepare_io(s.task))[0]
         db.commit([to_record(s.task, cand, res)])

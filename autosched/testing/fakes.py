@@ -15,9 +15,11 @@ class NullBuilder(Builder):
 
     def __init__(self) -> None:
         self.n_built = 0
+        self.timeouts: list[float | None] = []  # each call's ``timeout_s``
 
-    def build(self, candidates: list[Candidate]) -> list[BuildResult]:
+    def build(self, candidates: list[Candidate], timeout_s: float | None = None) -> list[BuildResult]:
         self.n_built += len(candidates)
+        self.timeouts.append(timeout_s)
         return [BuildResult(c, artifact_path=None) for c in candidates]
 
 

@@ -29,6 +29,15 @@ def _extern(name, *args):
     return lambda i, j: tirx.Cast("float32", tirx.call_extern("int32", name, *args))
 
 
+def test_a_build_can_be_given_another_timeout(matmul_task):
+    cand = Candidate(matmul_task.key, {}, decisions=[], mod_json=save_json(_matmul_variant(32)))
+    with TuningSession(TuneConfig(n_threads=1, build_timeout_s=60), matmul_task.target_json) as session:
+        (hurried,) = session.builder.build([cand], timeout_s=0.001)
+        (patient,) = session.builder.build([cand])
+    assert hurried.status is Status.TIMEOUT and "after 0.001 s" in hurried.error
+    assert patient.error is None and patient.artifact_path
+
+
 def test_bad_candidates_cost_one_trial_each_and_the_run_finishes(matmul_task):
     n = 32
     mods = {

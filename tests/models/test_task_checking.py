@@ -95,7 +95,7 @@ def test_tune_names_the_tasks_it_could_not_fully_check(tmp_path, capsys):
 class _TimingOutBuilder:
     """Every build runs past the builders' timeout (as a big erf expansion did on a loaded machine)."""
 
-    def build(self, candidates):
+    def build(self, candidates, timeout_s=None):
         from autosched.measure.base import BuildResult
         from autosched.records import Status
 

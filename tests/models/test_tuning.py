@@ -14,7 +14,7 @@ from autosched.models.build import TUNED, compile_model
 from autosched.models.frontends import load_model
 from autosched.models.graph import extract_tasks, rewrite
 from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
-from autosched.models.tuning import tune_model_tasks
+from autosched.models.tuning import DEFAULT_BUILD_PATIENCE, tune_model_tasks
 from autosched.records import Candidate, MeasureResult, Status
 from autosched.session import TuningSession
 from autosched.spaces.settings import settings_for
@@ -83,6 +83,7 @@ class FakeSession:
         self.config = TuneConfig(batch_size=4, **config)
         self.clock, self.untuned_s, self.step_s = FakeClock(), untuned_s, s_per_measurement
         self.builder, self.runner = NullBuilder(), NullRunner(self._latency)
+        self.device = "cpu"
         self.searched: list[str] = []  # the tasks a search strategy was made for
 
     def _latency(self, cand: Candidate) -> float:
@@ -135,6 +136,8 @@ def test_time_budget_stops_in_time_with_every_measurement_saved_and_cheap_tasks_
     for task in tasks:  # every task's default measured right after its baseline: compile applies no unmeasured one
         space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=session.config.seed)
         assert records[task.name][1].params == space.default_schedule()[0], task.name
+    # defaults are built with more patience than a search's candidates (built once; compile falls back to them)
+    assert set(session.builder.timeouts) == {None, DEFAULT_BUILD_PATIENCE * session.config.build_timeout_for("cpu")}
     assert len(gelu) > 8 and len(dense) > 8  # the high-share GELU is searched like the dense layer
     assert session.searched[:2] == ["out-elementwise-fusable:" + tasks[0].name, "elementwise:" + tasks[1].name]
     assert "elementwise:" + tasks[2].name not in session.searched
