@@ -171,13 +171,16 @@ def builder_initializer() -> None:
     register_lowp_intrins()
 
 
+# kind -> A's, B's and C's dtypes and the values of k side by side in packed B
+_PACKED_TYPES = {"bf16": ("bfloat16", "bfloat16", "float32", 2), "int8": ("uint8", "int8", "int32", 4)}
+
+
 def packed_dense(m: int, n: int, k: int, kind: str) -> object:
     """C[m, n] = A[m, k] . B[n, k]^T with B packed as Bp[n/16, k/kk, 16, kk] (kk = 2 for ``bf16``: bf16 in,
     float32 out; 4 for ``int8``: u8 x s8, int32 out): the layout the intrinsics read."""
     from autosched._tvm import te, tvm
 
-    a_dtype, b_dtype, acc, kk = {"bf16": ("bfloat16", "bfloat16", "float32", 2),
-                                 "int8": ("uint8", "int8", "int32", 4)}[kind]
+    a_dtype, b_dtype, acc, kk = _PACKED_TYPES[kind]
     a = te.placeholder((m, k), a_dtype, name="A")
     b = te.placeholder((n // 16, k // kk, 16, kk), b_dtype, name="B")
     r = te.reduce_axis((0, k), name="k")
@@ -218,7 +221,6 @@ def tensorized_dense(mod: object, intrin: str, kk: int, ti: int = 4, tj: int = 4
 DENSE_TILES = {"bf16": (4, 2, 16), "int8": (4, 2, 8)}
 _FEATURES = {"bf16": "avx512bf16", "int8": "avx512vnni"}
 _INTRINS = {"bf16": BF16_DOT_16x2, "int8": U8I8_DOT_16x4}
-_K_PACK = {"bf16": 2, "int8": 4}
 
 
 def has_lowp_dense(target: object, kind: str) -> bool:
@@ -234,7 +236,7 @@ def has_lowp_dense(target: object, kind: str) -> bool:
 def fits_lowp_dense(n: int, k: int, kind: str) -> bool:
     """Whether ``lowp_dense`` takes B[k, n] of ``kind`` (any number of rows of A)."""
     _, tj, tk = DENSE_TILES[kind]
-    return n % (16 * tj) == 0 and k % (_K_PACK[kind] * tk) == 0
+    return n % (16 * tj) == 0 and k % (_PACKED_TYPES[kind][3] * tk) == 0
 
 
 def lowp_dense(m: int, n: int, k: int, kind: str) -> object:
@@ -245,10 +247,11 @@ def lowp_dense(m: int, n: int, k: int, kind: str) -> object:
     _, tj, tk = DENSE_TILES[kind]
     if not fits_lowp_dense(n, k, kind) or m < 1:
         raise ValueError(f"AVX-512 {kind} matmul {m}x{n}x{k}: n must be a multiple of {16 * tj} "
-                         f"and k of {_K_PACK[kind] * tk}")
+                         f"and k of {_PACKED_TYPES[kind][3] * tk}")
     register_lowp_intrins()
     ti = next(t for t in (DENSE_TILES[kind][0], 2, 1) if m % t == 0)
-    sch = tensorized_dense(packed_dense(m, n, k, kind), _INTRINS[kind], _K_PACK[kind], ti, tj, tk, parallel=True)
+    kk = _PACKED_TYPES[kind][3]
+    sch = tensorized_dense(packed_dense(m, n, k, kind), _INTRINS[kind], kk, ti, tj, tk, parallel=True)
     return sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr("op_pattern", 8)
 
 

@@ -31,9 +31,9 @@ avx512_bf16_here = pytest.mark.skipif(not has_lowp_dense(HOST, "bf16") or has_am
                                       reason="this CPU has no AVX512-BF16, or has AMX (which takes bf16 instead)")
 vnni_here = pytest.mark.skipif(not has_lowp_dense(HOST, "int8") or has_amx(HOST, INT8),
                                reason="this CPU has no AVX512-VNNI, or has AMX (which takes int8 instead)")
-amx_here = pytest.mark.skipif(not has_amx(make_target("llvm", 1), BF16),
+amx_here = pytest.mark.skipif(not has_amx(HOST, BF16),
                               reason="this CPU has no AMX bf16 (or Linux refuses it)")
-int8_amx_here = pytest.mark.skipif(not has_amx(make_target("llvm", 1), INT8),
+int8_amx_here = pytest.mark.skipif(not has_amx(HOST, INT8),
                                    reason="this CPU has no AMX int8 (or Linux refuses it)")
 
 
