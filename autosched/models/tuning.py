@@ -156,22 +156,25 @@ def measure_baselines(session, tasks: list[Task], db: Database, deadline: Deadli
     return sorted(states, key=lambda s: order[s.task.key])
 
 
-def default_candidate(task: Task, db: Database, seed: int) -> Candidate | None:
-    """The task's default schedule as a candidate: the first design whose own decisions are legal (what
-    ``compile`` uses for a task without records). None if there is none or it is already in ``db``."""
+def default_candidates(task: Task, db: Database, seed: int) -> list[Candidate]:
+    """The task's default schedule as a candidate (the first design whose own decisions are legal: what
+    ``compile`` uses for a task without records) and, for a function small enough to run on one thread, its
+    serial copy (spaces/serial.py), each unless already in ``db``; none if the task has no design space."""
     try:
         space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=seed)
     except (RuntimeError, ValueError) as err:
         log.info("%s: no design space (%s): it stays unscheduled", task.name, err)
-        return None
-    found = space.default_schedule()
-    if found is None:
-        return None
-    params, sch = found
-    cand = Candidate(task.key, params, space.effective_decisions(sch),
-                     as_python(sch.trace.as_json(remove_postproc=False)), save_json(sch.mod))
+        return []
     measured = {schedule_key(r.decisions) for r in db.records(task.key)}
-    return None if cand.dedup_key() in measured else cand
+    cands = []
+    for found in (space.default_schedule(), space.serial_default()):
+        if found is not None:
+            params, sch = found
+            cand = Candidate(task.key, params, space.effective_decisions(sch),
+                             as_python(sch.trace.as_json(remove_postproc=False)), save_json(sch.mod))
+            if cand.dedup_key() not in measured:
+                cands.append(cand)
+    return cands
 
 
 def measure_defaults(session, scheduler: TaskScheduler, db: Database, deadline: Deadline,
@@ -217,7 +220,7 @@ def _measure_defaults(session, batch: list[TaskState], db: Database, report: Cal
     """A batch's default schedules, built with ``DEFAULT_BUILD_PATIENCE`` times the usual limit: each is built
     once, and is what compile uses where the search found nothing better (an LSTM's 128-way concatenation,
     partitioned, compiles in ~3 s: at the search's 3 s it timed out and the group ran 80x slower untuned)."""
-    cands = [(s, c) for s in batch if (c := default_candidate(s.task, db, session.config.seed)) is not None]
+    cands = [(s, c) for s in batch for c in default_candidates(s.task, db, session.config.seed)]
     timeout_s = DEFAULT_BUILD_PATIENCE * session.config.build_timeout_for(session.device)
     builds = session.builder.build([c for _, c in cands], timeout_s=timeout_s) if cands else []
     for (s, cand), build in zip(cands, builds, strict=True):

@@ -35,6 +35,7 @@ class SpaceSettings:
     fuse_epilogues: bool = False  # keep only the designs that fuse the most epilogues into their producer
     stream_reductions: bool = False  # one more design for reductions along a kept axis (spaces/streaming.py)
     partition_concats: bool = False  # one more design for concatenations (spaces/concat.py)
+    serial_small: bool = False  # one more design for small functions: the default without threads (spaces/serial.py)
 
     def prepare(self, mod: IRModule) -> IRModule:
         """The PrimFunc the space schedules: ``mod`` with the ``fast_math`` rewrite (itself if there is none)."""
@@ -106,6 +107,7 @@ def _settings(path: Path, raw: dict[str, Any]) -> SpaceSettings:
         fuse_epilogues=bool(raw.get("designs", {}).get("fuse_epilogues", False)),
         stream_reductions=bool(raw.get("designs", {}).get("stream_reductions", False)),
         partition_concats=bool(raw.get("designs", {}).get("partition_concats", False)),
+        serial_small=bool(raw.get("designs", {}).get("serial_small", False)),
     )
 
 

@@ -33,6 +33,7 @@ from autosched._tvm import (
 from autosched.errors import InvalidConfig
 from autosched.spaces.base import SearchSpace
 from autosched.spaces.concat import partitioned_concat_design
+from autosched.spaces.serial import serial_design
 from autosched.spaces.settings import SpaceSettings
 from autosched.spaces.streaming import streaming_reduction_design
 
@@ -155,6 +156,14 @@ class TraceSearchSpace(SearchSpace):
             if concat is not None:
                 self.designs.append(concat)
                 self.concat_design = len(self.designs) - 1
+        self.serial_design: int | None = None  # its index, where the function is small (spaces/serial.py)
+        self.serial_source: int | None = None  # the design it is a serial copy of
+        if settings.serial_small and target.kind.name == "llvm":
+            source = self._preferred_order()[0]
+            serial = serial_design(self.mod, target, self.designs[source])
+            if serial is not None:
+                self.designs.append(serial)
+                self.serial_design, self.serial_source = len(self.designs) - 1, source
         self._knobs = [self._design_knobs(d, trace) for d, trace in enumerate(self.designs)]
 
     # --- knobs ---------------------------------------------------------------------------------------------
@@ -252,8 +261,9 @@ class TraceSearchSpace(SearchSpace):
         trace, decisions = self.decisions(params)
         self._check(trace, decisions)
         postprocs = self._postprocs
-        if int(params.get("design", 0)) == self.concat_design:  # its parts start past 0, which RewriteLayout
-            postprocs = [p for p in postprocs if not isinstance(p, ms.postproc.RewriteLayout)]  # cannot index
+        # the concatenation's parts (and its serial copy's) start past 0, which RewriteLayout cannot index
+        if self._origin(int(params.get("design", 0))) == self.concat_design:
+            postprocs = [p for p in postprocs if not isinstance(p, ms.postproc.RewriteLayout)]
         return self._schedule(trace, decisions, postprocs)
 
     def repair(self, params: dict[str, Any], seed: int = 0, max_steps: int = 200, max_applies: int = 10
@@ -396,17 +406,36 @@ class TraceSearchSpace(SearchSpace):
         The streaming design, where there is one, comes first: it reads its input in order, the rules' first
         design along a stride (or, for a pooling window, through an rfactor of it: 82 ms instead of 0.1 ms);
         so does the partitioned concatenation (no choice between inputs per element)."""
-        order = list(range(len(self.designs)))
-        for own in (self.streaming_design, self.concat_design):
-            if own is not None:
-                order.insert(0, order.pop(order.index(own)))
-        for design in order:
+        for design in self._preferred_order():
             params = self.default_params(design)
             try:
                 return params, self.apply(params)
             except (InvalidConfig, RuntimeError, ValueError):
                 continue
         return None
+
+    def _preferred_order(self) -> list[int]:
+        """The designs in the order ``default_schedule`` tries them; a serial copy (spaces/serial.py) last."""
+        order = [d for d in range(len(self.designs)) if d != self.serial_design]
+        for own in (self.streaming_design, self.concat_design):
+            if own is not None:
+                order.insert(0, order.pop(order.index(own)))
+        return order
+
+    def _origin(self, design: int) -> int:
+        """The design ``design`` is a serial copy of, else itself."""
+        return self.serial_source if design == self.serial_design and self.serial_source is not None else design
+
+    def serial_default(self) -> tuple[dict[str, Any], Schedule] | None:
+        """The serial copy's own decisions as a schedule, where the space has one and they are legal; None
+        otherwise. Measured beside ``default_schedule``: the faster of the two is what compile uses."""
+        if self.serial_design is None:
+            return None
+        params = self.default_params(self.serial_design)
+        try:
+            return params, self.apply(params)
+        except (InvalidConfig, RuntimeError, ValueError):
+            return None
 
     def default_params(self, design: int = 0) -> dict[str, Any]:
         """Knob values that reproduce the design trace's own (randomly sampled) decisions, where encodable; for the
@@ -415,7 +444,7 @@ class TraceSearchSpace(SearchSpace):
         trace = self.designs[design]
         for k in self._knobs[design]:
             decision = trace.decisions[k.inst]
-            if k.kind == "SamplePerfectTile" and design == self.streaming_design:
+            if k.kind == "SamplePerfectTile" and self._origin(design) == self.streaming_design:
                 divs = divisors(k.extent)
                 params[k.name] = divs.index(max(d for d in divs if d <= STREAMING_LANES))
             elif k.kind == "SamplePerfectTile":

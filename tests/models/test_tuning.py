@@ -159,6 +159,23 @@ def test_on_a_gpu_only_the_cheap_tasks_defaults_are_measured():
         assert any(r.params == default for r in db.records(task.key)) == measured, task.name
 
 
+def test_a_small_task_at_two_threads_has_its_serial_default_measured_beside_the_parallel_one():
+    # waking the thread pool costs more than a small kernel: both defaults are measured, compile takes the faster
+    target = make_target("llvm", 2)
+    version = settings_for(target).version
+    small, big = op_task("elementwise", (512,), target, version), op_task("elementwise", (65536,), target, version)
+    for task in (small, big):
+        task.info["pattern"] = "elementwise"
+    session, db = FakeSession({small.key: 2e-5, big.key: 2e-5}), MemoryDatabase()
+    tune_model_tasks(session, [small, big], db, 2)
+    for task, n_defaults in ((small, 2), (big, 1)):
+        space = TraceSearchSpace(task.mod, target, settings_for(target), seed=session.config.seed)
+        defaults = [space.default_schedule()[0]] + ([space.serial_default()[0]] if n_defaults == 2 else [])
+        measured = [r.params for r in db.records(task.key) if r.trace_json is not None]
+        assert measured == defaults, task.name
+    assert space.serial_default() is None
+
+
 def test_time_budget_ending_during_the_baselines_keeps_the_measured_ones(model_tasks):
     tasks, untuned = model_tasks
     session, db = FakeSession(untuned), MemoryDatabase()

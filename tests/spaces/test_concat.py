@@ -39,7 +39,7 @@ def _concat_bn_relu(channels: tuple[int, ...] = CHANNELS, axis: int = 3) -> tvm.
 
 def _space(mod: tvm.IRModule, threads: int = 1, partition: bool = True) -> TraceSearchSpace:
     target = make_target("llvm", threads)
-    settings = dataclasses.replace(settings_for(target), partition_concats=partition)
+    settings = dataclasses.replace(settings_for(target), partition_concats=partition, serial_small=False)  # its own
     return TraceSearchSpace(mod, target, settings)
 
 

@@ -32,7 +32,7 @@ def _row_sum(n: int = 64, k: int = 768) -> tvm.IRModule:
 
 def _space(mod: tvm.IRModule, threads: int, stream: bool = True) -> TraceSearchSpace:
     target = make_target("llvm", threads)
-    settings = dataclasses.replace(settings_for(target), stream_reductions=stream)
+    settings = dataclasses.replace(settings_for(target), stream_reductions=stream, serial_small=False)  # its own
     return TraceSearchSpace(mod, target, settings)
 
 
