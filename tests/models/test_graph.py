@@ -67,6 +67,36 @@ def test_relu6_clips_stay_channels_last_and_fuse_into_their_convolutions(cpu_tar
     assert want.min() == 0.0 and want.max() == 6.0  # both bounds were hit
 
 
+def test_hard_swish_and_hard_sigmoid_stay_channels_last_and_fuse_into_their_convolutions(cpu_target):
+    """ONNX HardSwish and HardSigmoid (MobileNetV3) come from TVM's importer as the Relax ``clip``, which has no
+    layout rule: as a minimum and a maximum they keep NHWC, with no transposes around them."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = {"W1": rng.standard_normal((8, 3, 3, 3)).astype("float32"),
+             "W2": rng.standard_normal((8, 1, 3, 3)).astype("float32")}
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "W2"], ["c2"], pads=[1, 1, 1, 1], group=8),
+             helper.make_node("HardSigmoid", ["c2"], ["y"], alpha=1 / 6, beta=0.5)]
+    graph = helper.make_graph(nodes, "hard", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 10, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 10, 10])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert op_counts(model.mod)["clip"] == 2  # what the importer gives
+    fused = rewrite(model.mod, cpu_target)
+    names = [re.sub(r"\d", "", g.name) for g in fusion_groups(fused)]
+    assert names[0] == names[-1] == "transpose" and len(names) == 4, names  # the model's input and output only
+    assert all("conv" in n and "clip" not in n and "transpose" not in n for n in names[1:3]), names
+    x = model.random_inputs(0)[0] * 10
+    from autosched.models.build import compile_model
+    from autosched.models.reference import onnxruntime_session, run_onnxruntime
+
+    want = run_onnxruntime(onnxruntime_session(model, 1), model, [x])[0]
+    np.testing.assert_allclose(compile_model(model, cpu_target)(x)[0], want, rtol=1e-5, atol=1e-5)
+    assert want.min() == 0.0 and want.max() == 1.0  # both bounds of the hard sigmoid were hit
+
+
 def test_convolutions_run_channels_last_with_weights_permuted_at_compile_time(cpu_target):
     model = load_model(conv_bn_relu()[0])
     (n, c, h, w), = [s.shape for s in model.inputs]
