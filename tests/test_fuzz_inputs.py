@@ -220,6 +220,18 @@ def test_search_space_files_with_malformed_fields(data, tmp_path_factory):
     # else: the change happened to leave a valid file (e.g. an optional key dropped)
 
 
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan"])
+def test_a_search_space_version_that_is_not_a_finite_number_is_a_one_line_error(value, tmp_path):
+    # found by the fuzz test above: int(inf) raised a bare OverflowError
+    from autosched.spaces.settings import load_settings
+
+    path = tmp_path / "space.toml"
+    path.write_text(CPU_TOML.read_text().replace("version = 2", f"version = {value}", 1), encoding="utf-8")
+    with pytest.raises(UserInputError) as info:
+        load_settings(path)
+    assert len(str(info.value).splitlines()) == 1 and "wrong type" in str(info.value)
+
+
 # --- model files --------------------------------------------------------------------------------------------------
 def _tiny_onnx(op_type: str = "Relu", dim=2) -> bytes:
     pytest.importorskip("onnx")

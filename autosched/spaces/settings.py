@@ -80,7 +80,7 @@ def load_settings(path: Path) -> SpaceSettings:
         raise UserInputError(f"cannot read search space {path}: {err}") from err
     try:
         return _settings(path, raw)
-    except (KeyError, TypeError, AttributeError, ValueError) as err:  # a key missing or of the wrong type
+    except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as err:  # a key missing or mistyped (inf)
         what = f"key {err.args[0]!r} is missing" if isinstance(err, KeyError) else f"a value has the wrong type ({err})"
         raise IncompatibleArtefactError(f"{path.name}: {what}: compare it with the search_spaces/ shipped with "
                                         "autosched") from err
