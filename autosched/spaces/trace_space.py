@@ -407,12 +407,18 @@ class TraceSearchSpace(SearchSpace):
         design along a stride (or, for a pooling window, through an rfactor of it: 82 ms instead of 0.1 ms);
         so does the partitioned concatenation (no choice between inputs per element)."""
         for design in self._preferred_order():
-            params = self.default_params(design)
-            try:
-                return params, self.apply(params)
-            except (InvalidConfig, RuntimeError, ValueError):
-                continue
+            found = self._own_decisions(design)
+            if found is not None:
+                return found
         return None
+
+    def _own_decisions(self, design: int) -> tuple[dict[str, Any], Schedule] | None:
+        """``design``'s own decisions (``default_params``) and their schedule; None where they are not legal."""
+        params = self.default_params(design)
+        try:
+            return params, self.apply(params)
+        except (InvalidConfig, RuntimeError, ValueError):
+            return None
 
     def _preferred_order(self) -> list[int]:
         """The designs in the order ``default_schedule`` tries them; a serial copy (spaces/serial.py) last."""
@@ -429,13 +435,7 @@ class TraceSearchSpace(SearchSpace):
     def serial_default(self) -> tuple[dict[str, Any], Schedule] | None:
         """The serial copy's own decisions as a schedule, where the space has one and they are legal; None
         otherwise. Measured beside ``default_schedule``: the faster of the two is what compile uses."""
-        if self.serial_design is None:
-            return None
-        params = self.default_params(self.serial_design)
-        try:
-            return params, self.apply(params)
-        except (InvalidConfig, RuntimeError, ValueError):
-            return None
+        return None if self.serial_design is None else self._own_decisions(self.serial_design)
 
     def default_params(self, design: int = 0) -> dict[str, Any]:
         """Knob values that reproduce the design trace's own (randomly sampled) decisions, where encodable; for the
