@@ -39,28 +39,44 @@ def build(mod_json: str, target_json: str, out_path: str) -> float:
     return time.perf_counter() - start
 
 
-TIMED = "main_timed"
+TIMED = "main_timed"  # the kernel reading weights already in its schedule's layout
+PREPACK = "main_weight_prepack"  # the weights' layout rewrite alone
 
 
 def _with_timed_variant(mod: Any, out_path: str) -> Any:
-    """If the schedule rewrites the layout of constant weights inside the kernel, add ``main_timed``: the
-    same kernel reading weights already in the new layout. At inference that rewrite is folded into the
-    constants at compile time, so it is ``main_timed`` that is timed (``main`` is still what is checked).
-    MetaSchedule measures the same way. Its argument shapes go to ``out_path + '.timed.json'``."""
+    """If the schedule rewrites the layout of constant weights inside the kernel, split it as a model's build
+    does (Relax's ``SplitLayoutRewritePreproc``): ``main_weight_prepack`` lays the weights out, ``main_timed``
+    computes from weights already laid out. At inference the prepacking is folded into the constants at compile
+    time, so ``main_timed`` is what is timed (MetaSchedule measures the same way), and the two together are what
+    is checked: one copy of the kernel is compiled, not two. Which arguments are prepacked, and the timed
+    kernel's argument shapes, go to ``out_path + '.timed.json'``."""
     import json
 
     import tvm
-    import tvm_ffi
-    from tvm import s_tir
+    from tvm import relax
 
-    timed = s_tir.transform.RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    if tvm_ffi.structural_equal(timed["main"], mod["main"]):
+    main = mod["main"]
+    if main.attrs is None or "layout_free_buffers" not in main.attrs:
         return mod
-    func = timed["main"].with_attr("global_symbol", TIMED)
-    shapes = [[[int(d) for d in p.shape], str(p.dtype)] for p in func.params]  # TVM 0.27: params carry buffer types
+    shapes = [[[int(d) for d in p.shape], str(p.dtype)] for p in main.params]  # TVM 0.27: params carry buffer types
+    bb = relax.BlockBuilder()
+    args = [relax.Var(f"a{i}", relax.TensorType(shape, dtype)) for i, (shape, dtype) in enumerate(shapes)]
+    with bb.function("wrapper", args[:-1]):  # the weights are inputs; only the arguments' positions matter here
+        kernel = bb.add_func(main, "main")
+        out = bb.emit(relax.call_tir(kernel, args[:-1], relax.TensorType(*shapes[-1])))
+        bb.emit_func_output(out)
+    split = relax.transform.SplitLayoutRewritePreproc()(bb.get())
+    if PREPACK not in [gv.name_hint for gv in split.get_global_vars()]:
+        return mod  # no weight is re-laid out
+    prepack, timed = split[PREPACK], split["main_prepacked"]
+    position = {p.name: i for i, p in enumerate(main.params)}
+    # the weights in the order main_weight_prepack takes them (its laid-out outputs follow in the same order)
+    prepacked = [position[p.name] for p in prepack.params[:len(prepack.params) // 2]]
+    spec = {"shapes": [[[int(d) for d in p.shape], str(p.dtype)] for p in timed.params], "prepacked": prepacked}
     with open(out_path + ".timed.json", "w") as f:
-        json.dump(shapes, f)
-    return tvm.IRModule({"main": mod["main"], TIMED: func})
+        json.dump(spec, f)
+    return tvm.IRModule({TIMED: timed.with_attr("global_symbol", TIMED),
+                         PREPACK: prepack.with_attr("global_symbol", PREPACK)})
 
 
 def save_io(path: str, arrays: dict[str, Any]) -> None:
@@ -122,7 +138,7 @@ def measure(
     dev: Any,
     io: dict[str, Any],
     n_outputs: int,
-    timed_spec: list | None,
+    timed_spec: dict | None,
     repeat: int,
     min_repeat_ms: int,
     rtol: float,
@@ -147,8 +163,11 @@ def measure(
     inputs = [tvm.runtime.tensor(io[f"in{i}"], dev) for i in range(sum(k.startswith("in") for k in io))]
     outs = [tvm.runtime.tensor(np.zeros(io[f"shape_out{i}"], io[f"dtype_out{i}"].item()), dev)
             for i in range(n_outputs)]
+    name, args = "main", [*inputs, *outs]
+    if timed_spec is not None:  # the weights laid out as the schedule reads them (untimed), then the kernel
+        name, args = TIMED, [*_prepacked(lib, timed_spec, inputs, dev), *outs]
     start = time.perf_counter()
-    lib["main"](*inputs, *outs)
+    lib[name](*args)
     dev.sync()
     first_run_s = time.perf_counter() - start
     if not check:
@@ -157,11 +176,8 @@ def measure(
         error = _compare(out.numpy(), io[f"out{i}"], rtol, atol)
         if error:
             return {"status": "WRONG_RESULT", "latencies_s": [], "error": f"output {i} differs: {error}"}
-    name, args = "main", [*inputs, *outs]
-    if timed_spec is not None:  # time the kernel without its weight-layout rewrite
-        name, args = TIMED, _timed_args(timed_spec, [*inputs, *outs], dev)
     if cutoff_s is not None and first_run_s > cutoff_s:
-        # The checking run is cold (page faults, caches, a weight-layout copy): a small kernel's first run
+        # The checking run is cold (page faults, caches): a small kernel's first run
         # can take 3-10x its warm time. Only a warm run that is still past the cutoff is cut short.
         warm_s = lib.time_evaluator(name, dev, number=1, repeat=1, min_repeat_ms=0)(*args).results[0]
         if warm_s > cutoff_s:
@@ -172,8 +188,8 @@ def measure(
     return {"status": "OK", "latencies_s": list(timer(*args).results), "error": None}
 
 
-def _timed_spec(lib_path: str) -> list | None:
-    """The argument shapes of ``main_timed`` written beside the library at build time (None: no such variant)."""
+def _timed_spec(lib_path: str) -> dict | None:
+    """What ``_with_timed_variant`` wrote beside the library at build time (None: no prepacked weights)."""
     import json
 
     if not os.path.exists(lib_path + ".timed.json"):
@@ -201,17 +217,16 @@ def _compare(got: Any, want: Any, rtol: float, atol: float) -> str | None:
     return f"max|err|={float(np.nanmax(diff)) if diff.size else float('nan'):.3g}"
 
 
-def _timed_args(specs: list, args: list[Any], dev: Any) -> list[Any]:
-    """Arguments for ``main_timed``: the checked ones, re-shaped where the weights' layout changed."""
-    import numpy as np
+def _prepacked(lib: Any, spec: dict, inputs: list[Any], dev: Any) -> list[Any]:
+    """The inputs with the prepacked weights (``spec["prepacked"]``) laid out by ``main_weight_prepack``."""
     import tvm
 
-    out = []
-    for arg, (shape, dtype) in zip(args, specs, strict=True):
-        if list(arg.shape) == shape:
-            out.append(arg)
-        else:  # same data in another layout (timing only: values do not matter, sizes may differ by padding)
-            out.append(tvm.runtime.tensor(np.resize(arg.numpy(), shape).astype(dtype), dev))
+    shapes, indices = spec["shapes"], spec["prepacked"]
+    packed = [tvm.runtime.empty(shapes[i][0], shapes[i][1], dev) for i in indices]
+    lib[PREPACK](*[inputs[i] for i in indices], *packed)
+    out = list(inputs)
+    for i, tensor in zip(indices, packed, strict=True):
+        out[i] = tensor
     return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autosched._tvm import IRModule, save_json, te, tirx
+from autosched._tvm import IRModule, save_json, te, tirx, tvm
 from autosched.config import TuneConfig
 from autosched.db import MemoryDatabase
 from autosched.records import Candidate, Status
@@ -66,8 +66,9 @@ def test_bad_candidates_cost_one_trial_each_and_the_run_finishes(matmul_task):
 
 
 def test_weight_layout_rewrite_is_checked_but_not_timed(cpu_target):
-    """A schedule that re-lays out a constant weight inside the kernel: ``main`` (with the rewrite) is
-    checked against the reference, ``main_timed`` (weights already in the new layout) is what gets timed."""
+    """A schedule that re-lays out a constant weight inside the kernel is split as a model's build splits it:
+    the weight laid out by ``main_weight_prepack``, then ``main_timed`` (reading it in the new layout) checked
+    against the reference and timed. The library holds one copy of the kernel, not a second one with the rewrite."""
     import json
     import os
 
@@ -87,8 +88,13 @@ def test_weight_layout_rewrite_is_checked_but_not_timed(cpu_target):
     with TuningSession(cfg, task.target_json) as session:
         (build,) = session.builder.build([cand])
         with open(build.artifact_path + ".timed.json") as f:
-            shapes = [tuple(s) for s, _ in json.load(f)]
+            spec = json.load(f)
+        shapes = [tuple(s) for s, _ in spec["shapes"]]
         assert shapes[1] != (64, 64) and shapes[0] == (16, 64)  # the weight arrives in the schedule's layout
+        assert spec["prepacked"] == [1]
+        lib = tvm.runtime.load_module(build.artifact_path)
+        assert [lib.implements_function(f) for f in ("main", "main_timed", "main_weight_prepack")] == [
+            False, True, True]
         (res,) = session.runner.run([build], session.prepare_io(task))
     assert res.status is Status.OK and len(res.latencies_s) == 2
     assert not os.path.exists(build.artifact_path + ".timed.json")  # cleaned up with the library
