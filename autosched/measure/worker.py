@@ -58,7 +58,7 @@ def _with_timed_variant(mod: Any, out_path: str) -> Any:
     main = mod["main"]
     if main.attrs is None or "layout_free_buffers" not in main.attrs:
         return mod
-    shapes = [[[int(d) for d in p.shape], str(p.dtype)] for p in main.params]  # TVM 0.27: params carry buffer types
+    shapes = _arg_specs(main)
     bb = relax.BlockBuilder()
     args = [relax.Var(f"a{i}", relax.TensorType(shape, dtype)) for i, (shape, dtype) in enumerate(shapes)]
     with bb.function("wrapper", args[:-1]):  # the weights are inputs; only the arguments' positions matter here
@@ -72,11 +72,16 @@ def _with_timed_variant(mod: Any, out_path: str) -> Any:
     position = {p.name: i for i, p in enumerate(main.params)}
     # the weights in the order main_weight_prepack takes them (its laid-out outputs follow in the same order)
     prepacked = [position[p.name] for p in prepack.params[:len(prepack.params) // 2]]
-    spec = {"shapes": [[[int(d) for d in p.shape], str(p.dtype)] for p in timed.params], "prepacked": prepacked}
+    spec = {"shapes": _arg_specs(timed), "prepacked": prepacked}
     with open(out_path + ".timed.json", "w") as f:
         json.dump(spec, f)
     return tvm.IRModule({TIMED: timed.with_attr("global_symbol", TIMED),
                          PREPACK: prepack.with_attr("global_symbol", PREPACK)})
+
+
+def _arg_specs(func: Any) -> list:
+    """[shape, dtype] of each parameter of a PrimFunc (TVM 0.27: params carry their buffer types)."""
+    return [[[int(d) for d in p.shape], str(p.dtype)] for p in func.params]
 
 
 def save_io(path: str, arrays: dict[str, Any]) -> None:
