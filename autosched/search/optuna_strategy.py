@@ -23,6 +23,7 @@ import socket
 import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,8 @@ TIMING_ATTR = "timing_s"  # set on measured trials: {"search": s, "build": s, "m
 CONSTRAINT = "measured_ok"
 OWNER_ATTR = "owner"  # set on asked trials: [host, pid, process start time] of the tuner measuring it
 MAX_PREBUILT = 256  # repaired settings' schedules kept until the sampler asks them (each built once)
+MAX_REMEMBERED = 100_000  # pooled settings whose schedule key is kept (a few MB), so none is built twice
+APPLY_THREADS = min(4, os.cpu_count() or 1)  # threads building a pool's schedules
 ORPHAN_AFTER_S = 3600.0  # a RUNNING trial without an owner (older autosched) is stale after this long
 
 
@@ -125,6 +128,7 @@ class OptunaStrategy(SearchStrategy):
         self._seen: dict[str, MeasureResult] = dict(seen or {})  # dedup key -> result of that schedule
         self._pending: dict[str, Trial] = {}
         self._prebuilt: dict[tuple, Any] = {}  # a repaired setting (_params_key) -> the schedule repair built
+        self._pool_keys: dict[tuple, str | None] = {}  # a pooled setting -> its schedule key (None: illegal)
         self._rejected: list[Candidate] = []
         self._scores: dict[str, float] = {}  # predicted scores of enqueued proposals
         self.max_tries_per_ask = max_tries_per_ask
@@ -224,27 +228,25 @@ class OptunaStrategy(SearchStrategy):
         scratch = optuna.create_study(sampler=sampler, direction="minimize")
         scratch.add_trials(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
         pool: dict[str, tuple[dict[str, Any], Any]] = {}
-        want = n * self.screen.pool_factor
-        for _ in range(want * 4):
-            if len(pool) >= want:
-                break
-            trial = scratch.ask()
-            params = self._suggest(trial)
-            if not self._add_to_pool(pool, params):
-                scratch.tell(trial, state=TrialState.PRUNED)
+        want, tries = n * self.screen.pool_factor, 0
+        while len(pool) < want and tries < want * 4:
+            trials = [scratch.ask() for _ in range(min(want - len(pool), want * 4 - tries))]
+            tries += len(trials)
+            legal = self._add_to_pool(pool, [self._suggest(trial) for trial in trials])
+            for trial, ok in zip(trials, legal, strict=True):
+                if not ok:
+                    scratch.tell(trial, state=TrialState.PRUNED)
             # a pooled trial is left RUNNING in the scratch study: the constant liar spreads the pool
-        for params in self._neighbours(2 * want):
-            self._add_to_pool(pool, params)
+        self._add_to_pool(pool, self._neighbours(2 * want))
         measured = self._model_picks_per_design()
-        for params in self._design_samples(measured):
-            self._add_to_pool(pool, params)
+        self._add_to_pool(pool, self._design_samples(measured))
         if not pool:
             return []
         proposals = self._evolve(self._proposals(pool, list(pool)), n)
         return self.screen.select(proposals, min(n, len(proposals)), measured)
 
     def _proposals(self, pool: dict[str, tuple[dict[str, Any], Any]], keys: list[str]) -> list[Proposal]:
-        X = self.screen.features([pool[k][1] for k in keys], keys)
+        X = self.screen.features([pool[k][1] for k in keys], keys)  # a schedule is None where featurised before
         return [Proposal(pool[k][0], k, x, group=pool[k][0].get("design")) for k, x in zip(keys, X, strict=True)]
 
     def _evolve(self, proposals: list[Proposal], n: int) -> list[Proposal]:
@@ -257,9 +259,9 @@ class OptunaStrategy(SearchStrategy):
         for _ in range(self.screen.generations):
             self.screen.score(proposals)
             pool: dict[str, tuple[dict[str, Any], Any]] = {}
-            for parent in sorted(proposals, key=lambda p: -p.score)[:n]:
-                for _ in range(2 * self.screen.pool_factor):
-                    self._add_to_pool(pool, self._mutate(parent.params, rng))
+            parents = sorted(proposals, key=lambda p: -p.score)[:n]
+            self._add_to_pool(pool, [self._mutate(parent.params, rng) for parent in parents
+                                     for _ in range(2 * self.screen.pool_factor)])
             new = [k for k in pool if k not in known]
             if not new:
                 break
@@ -301,20 +303,52 @@ class OptunaStrategy(SearchStrategy):
                 out[name] = dist.choices[int(rng.integers(len(dist.choices)))]
         return out
 
-    def _add_to_pool(self, pool: dict[str, tuple[dict[str, Any], Any]], params: dict[str, Any]) -> bool:
-        """Add a legal, not yet measured setting (or, where the space repairs, a legal one near it) to the pool;
-        False if the setting is illegal."""
+    def _add_to_pool(self, pool: dict[str, tuple[dict[str, Any], Any]], batch: list[dict[str, Any]]) -> list[bool]:
+        """Add each legal, not yet measured setting of ``batch`` (or, where the space repairs, a legal one near
+        it) to the pool; False for each illegal one. Settings met before are not built again: their schedule
+        key (or illegality) is remembered, and their features with the screen (the pool then holds no
+        schedule for them). The others' schedules are built on a few threads (TVM's trace replay and
+        postprocessors run outside the GIL): a proposal's cost is mostly this."""
+        if len(self._pool_keys) >= MAX_REMEMBERED:
+            self._pool_keys.clear()
+        by_key = {_params_key(p): p for p in batch}
+        todo = [k for k in by_key if k not in self._pool_keys]
+        with ThreadPoolExecutor(APPLY_THREADS) as threads:
+            built = list(threads.map(lambda k: self._try_apply(by_key[k]), todo))
+        fresh: dict[tuple, tuple[dict[str, Any], Any, str]] = {}
+        for k, sch in zip(todo, built, strict=True):
+            params = by_key[k]
+            if sch is None:
+                repaired = self._repaired(params, seed=self.seed + len(pool))
+                if repaired is None:
+                    self._pool_keys[k] = None
+                    continue
+                params, sch = repaired  # not remembered: the repair may differ next time
+            key = schedule_key(self.space.effective_decisions(sch))
+            if params is by_key[k]:
+                self._pool_keys[k] = key
+            fresh[k] = (params, sch, key)
+        legal = []
+        for params in batch:
+            k = _params_key(params)
+            params, sch, key = fresh.get(k, (params, None, self._pool_keys.get(k)))
+            if key is None:
+                legal.append(False)
+                continue
+            legal.append(True)
+            if key in self._seen or key in self._pending or key in pool:
+                continue
+            if sch is None and not self.screen.has_features(key):  # remembered, never featurised: build again
+                sch = self._try_apply(params)
+            if sch is not None or self.screen.has_features(key):
+                pool[key] = (params, sch)
+        return legal
+
+    def _try_apply(self, params: dict[str, Any]) -> Any:
         try:
-            sch = self.space.apply(params)
+            return self.space.apply(params)
         except InvalidConfig:
-            repaired = self._repaired(params, seed=self.seed + len(pool))
-            if repaired is None:
-                return False
-            params, sch = repaired
-        key = schedule_key(self.space.effective_decisions(sch))
-        if key not in self._seen and key not in self._pending:
-            pool.setdefault(key, (params, sch))
-        return True
+            return None
 
     def _neighbours(self, n: int) -> list[dict[str, Any]]:
         """``n`` settings one to three knobs away from the best measured ones (the sampler alone rarely proposes

@@ -58,10 +58,19 @@ class ModelScreen:
     def ready(self) -> bool:
         return self.model is not None
 
-    def features(self, schedules: list[Schedule], keys: list[str]) -> np.ndarray:
-        X = self.extractor(schedules)
-        self._features.update(zip(keys, X, strict=True))
-        return X
+    def features(self, schedules: list[Schedule | None], keys: list[str]) -> np.ndarray:
+        """Feature rows of ``keys``; a schedule already featurised under its key (then None will do) is not
+        extracted again."""
+        todo = [i for i, k in enumerate(keys) if k not in self._features]
+        if not keys:
+            return self.extractor([])
+        if todo:
+            X = self.extractor([schedules[i] for i in todo])
+            self._features.update(zip([keys[i] for i in todo], X, strict=True))
+        return np.stack([self._features[k] for k in keys])
+
+    def has_features(self, key: str) -> bool:
+        return key in self._features
 
     def ensure_features(self, sch: Schedule, key: str) -> None:
         """Features of a candidate measured without screening (so the online model can learn from it)."""

@@ -10,6 +10,7 @@ from optuna.trial import TrialState
 
 from autosched.cost import FeatureExtractor, RandomCostModel, XGBCostModel
 from autosched.db import MemoryDatabase
+from autosched.errors import InvalidConfig
 from autosched.measure.base import TaskIO
 from autosched.records import Status, schedule_key
 from autosched.search.optuna_strategy import OptunaStrategy
@@ -182,8 +183,7 @@ def test_model_guided_local_search_adds_mutants_of_the_best_predicted(matmul_tas
     tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), 8, 4)
     strategy.screen = screen
     pool: dict = {}
-    for params in strategy._neighbours(16):
-        strategy._add_to_pool(pool, params)
+    strategy._add_to_pool(pool, strategy._neighbours(16))
     start = strategy._proposals(pool, list(pool))
     screen.score(start)
     first = {p.key: p for p in start}
@@ -224,3 +224,42 @@ def test_screening_works_for_a_space_without_designs(matmul_task, matmul_space):
     recs = db.records()
     assert len(recs) == 12 and all(r.predicted_score is not None for r in recs)
     assert all("design" not in r.params for r in recs)
+
+
+def test_pool_builds_each_setting_once_and_threads_agree_with_one(matmul_task, matmul_space, monkeypatch):
+    """The pool's schedules, built on threads, are the ones a single thread builds; a setting met in an earlier
+    pool (legal or not) is not built again, its features come from the screen's cache."""
+    import autosched.search.optuna_strategy as strategy_module
+
+    db = MemoryDatabase()
+    strategy = OptunaStrategy(matmul_space, matmul_task.key, db.optuna_storage(), "tpe", 0)
+    tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), 8, 4)
+    strategy.screen = _screen(matmul_space, _fitted_random(), online=False)
+    batch = strategy._neighbours(24) + [strategy._random_params(7)]  # the last one: declared illegal below
+    batch += batch[:3]  # the same settings twice in one batch
+    built = []
+    original = matmul_space.apply
+
+    def counting(params):
+        built.append(dict(params))
+        if params == batch[24]:
+            raise InvalidConfig("illegal for this test")
+        return original(params)
+
+    monkeypatch.setattr(matmul_space, "apply", counting)
+    pools = []
+    for threads in (1, 4):
+        monkeypatch.setattr(strategy_module, "APPLY_THREADS", threads)
+        strategy._pool_keys.clear()
+        pool: dict = {}
+        legal = strategy._add_to_pool(pool, batch)
+        pools.append((legal, {k: v[0] for k, v in pool.items()}))
+    assert pools[0] == pools[1] and pools[0][0][24] is False and sum(pools[0][0]) == 27
+    distinct = len({tuple(sorted(p.items())) for p in batch})
+    assert len(built) == 2 * distinct
+    strategy._proposals(pool, list(pool))  # featurised: a later pool needs no schedule for them
+    built.clear()
+    again: dict = {}
+    assert strategy._add_to_pool(again, batch) == pools[0][0]
+    assert built == [] and set(again) == set(pool) and all(sch is None for _, sch in again.values())
+    assert len(strategy._proposals(again, list(again))) == len(pool)
