@@ -3,33 +3,17 @@ database records, on a tiny real model (two trials per task)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "inmodel.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("inmodel_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow
-def test_every_kernel_is_timed_in_the_model_and_matched_with_its_record(tmp_path):
-    pytest.importorskip("torch")
+def test_every_kernel_is_timed_in_the_model_and_matched_with_its_record(tmp_path, mlp_onnx, load_bench):
     import autosched
     from autosched.config import TuneConfig
     from autosched.db import open_database
 
-    model = autosched.load_model("zoo:mlp")
-    (tmp_path / "mlp.onnx").write_bytes(model.onnx_bytes)
-    autosched.tune_model(str(tmp_path / "mlp.onnx"), "llvm", str(tmp_path / "mlp.db"),
-                         TuneConfig(n_trials=2, n_threads=1))
-    bench = load_script()
+    autosched.tune_model(str(mlp_onnx), "llvm", str(tmp_path / "mlp.db"), TuneConfig(n_trials=2, n_threads=1))
+    bench = load_bench("inmodel")
     result = bench.profile("mlp", tmp_path, threads=1, runs=2, repeat=1)
     names = {row.name for row in open_database(str(tmp_path / "mlp.db"), create=False).tasks()}
     kernels = {r["kernel"].removesuffix(bench.PREPACKED): r for r in result["rows"]}
