@@ -73,11 +73,13 @@ def write_json(name: str, payload: dict) -> Path:
     return path
 
 
-def git_commit() -> str:
-    """The commit the benchmark runs at, ``+`` when the work tree has changes (a row says what code made it)."""
+def git_commit(where: Path | None = None) -> str:
+    """The commit the benchmark runs at (or of the tree holding ``where``), ``+`` when the work tree has changes
+    (a row says what code made it)."""
     import subprocess
 
     def git(*cmd: str) -> str:
-        return subprocess.run(["git", *cmd], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
+        return subprocess.run(["git", *cmd], capture_output=True, text=True,
+                              cwd=where or Path(__file__).parent).stdout.strip()
 
     return (git("rev-parse", "--short", "HEAD") or "unknown") + ("+" if git("status", "--porcelain", "-uno") else "")

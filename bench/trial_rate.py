@@ -30,15 +30,9 @@ PARTS = ("search", "build", "measure")
 
 def autosched_commit() -> str:
     """The commit of the autosched package imported (another tree's, under ``PYTHONPATH=that/tree``)."""
-    import subprocess
-
     import autosched
 
-    def git(*cmd: str) -> str:
-        return subprocess.run(["git", *cmd], capture_output=True, text=True,
-                              cwd=Path(autosched.__file__).parent).stdout.strip()
-
-    return (git("rev-parse", "--short", "HEAD") or "unknown") + ("+" if git("status", "--porcelain", "-uno") else "")
+    return git_commit(Path(autosched.__file__).parent)
 
 
 def _onnx(model: str, work: Path) -> Path:
@@ -78,7 +72,7 @@ def one_repeat(task, db_path: Path | None, work: Path, args: argparse.Namespace,
             **{f"{part}_s_per_trial": parts[part] / max(n, 1) for part in PARTS}}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
     ap.add_argument("--task", required=True, help="the start of the task's name")
@@ -89,7 +83,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", default="trial_rate")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    db_path = Path(args.db).expanduser() if args.db else None
+    if db_path is not None and not db_path.is_file():
+        raise SystemExit(f"--db {args.db}: no such file; give a tuning database to start from, or leave it out")
+    if args.model.endswith(".onnx") and not Path(args.model).expanduser().is_file():
+        raise SystemExit(f"--model {args.model}: no such file; give an .onnx file or a corpus model's name")
     fair_environment(args.threads)
     import autosched
 
@@ -101,7 +100,6 @@ def main() -> None:
             names = ", ".join(t.name for t in found) or "none"
             raise SystemExit(f"--task {args.task}: matches {names}; give a prefix of exactly one task's name")
         task = found[0]
-        db_path = Path(args.db).expanduser() if args.db else None
         rows = []
         for repeat in range(args.repeat):
             rows.append(one_repeat(task, db_path, work, args, repeat))

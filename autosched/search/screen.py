@@ -61,9 +61,9 @@ class ModelScreen:
     def features(self, schedules: list[Schedule | None], keys: list[str]) -> np.ndarray:
         """Feature rows of ``keys``; a schedule already featurised under its key (then None will do) is not
         extracted again."""
-        todo = [i for i, k in enumerate(keys) if k not in self._features]
         if not keys:
             return self.extractor([])
+        todo = [i for i, k in enumerate(keys) if k not in self._features]
         if todo:
             X = self.extractor([schedules[i] for i in todo])
             self._features.update(zip([keys[i] for i in todo], X, strict=True))

@@ -20,3 +20,14 @@ def test_a_repeat_times_the_trials_after_the_warmup_and_splits_their_time(tmp_pa
     assert 0 < parts <= row["s_per_trial"] * 1.05  # the parts are what the wall time was spent on
     assert row["measure_s_per_trial"] > 0 and row["build_s_per_trial"] > 0
     assert bench.autosched_commit() != "unknown"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--db", "no/such.db"], "--db no/such.db: no such file"),
+    (["--model", "no/such.onnx"], "--model no/such.onnx: no such file"),
+])
+def test_a_missing_file_is_a_one_line_error_before_any_work(load_bench, argv, message):
+    bench = load_bench("trial_rate")
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--model", "resnet50", "--task", "x", *argv])
+    assert str(exit_.value).startswith(message) and "\n" not in str(exit_.value)
