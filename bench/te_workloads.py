@@ -3,6 +3,7 @@
 
     python bench/te_workloads.py                                              # full run: 12 workloads, 64 trials
     python bench/te_workloads.py --workloads GMM,SFM --trials 8 --seeds 1     # a quick look
+    python bench/te_workloads.py --seeds 5 --runs-dir bench/results/te_runs   # 5 seeds, over several sittings
 
 C1D, C2D, C3D (1-, 2-, 3-D convolution), GMM (batched matmul), GRP (grouped), DIL (dilated), DEP (depthwise),
 T2D (transposed convolution), CAP (capsule convolution), NRM (norm), SFM (softmax), CBR (conv + bias + BN + ReLU),
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fair_environment, load_now, machine_info, write_json  # noqa: E402
+from common import fair_environment, git_commit, load_now, machine_info, write_json  # noqa: E402
 
 WORKLOADS = ("C1D", "C2D", "C3D", "GMM", "GRP", "DIL", "DEP", "T2D", "CAP", "NRM", "SFM", "CBR")
 TUNERS = ("autosched", "ms")
@@ -143,7 +144,8 @@ def bench_workload(name: str, args) -> dict:
     timer = TuneConfig(n_threads=args.threads, repeat=5, run_timeout_s=600, build_timeout_s=300)
     with TuningSession(timer, task.target_json) as session:
         row["untuned_s"] = session.measure_unscheduled(task).latency_s
-        for seed in range(args.seeds):
+
+        def new_run(seed: int) -> dict:
             run: dict = {"seed": seed, "load_before": load_now()}
             for tuner in TUNERS[:1] if args.skip_ms else TUNERS:
                 with tempfile.TemporaryDirectory(prefix=f"te-{name}-{tuner}-") as work_dir:
@@ -152,14 +154,48 @@ def bench_workload(name: str, args) -> dict:
                 run.update({f"{tuner}_{k}": v for k, v in out.items()})
                 run[f"{tuner}_s"] = measure_mod(session, task, load_json(best_json)) if best_json else None
             run["load_after"] = load_now()
-            row["runs"].append(run)
-            print(f"  {name} seed {seed}: " + ", ".join(
-                f"{tuner} {_gflops(task.flops, run.get(f'{tuner}_s'))} GFLOPS in {run[f'{tuner}_wall_s']:.0f} s"
-                for tuner in TUNERS if f"{tuner}_wall_s" in run), flush=True)
+            return run
+
+        row["runs"] = seed_runs(name, args, new_run, task.flops)
     for key in ("autosched_s", "ms_s", "autosched_wall_s", "ms_wall_s", "autosched_trials", "ms_trials"):
         values = [r[key] for r in row["runs"] if r.get(key)]
         row[key] = statistics.median(values) if values else None
     return row
+
+
+def run_file(name: str, seed: int, args) -> Path | None:
+    """Where ``--runs-dir`` keeps one seed's run of a workload (a folder per CPU: runs on other CPUs never mix)."""
+    if not args.runs_dir:
+        return None
+    return (Path(args.runs_dir) / args.cpu /
+            f"{name}.i{args.index}.t{args.threads}.n{args.trials}.s{seed}.json")
+
+
+def seed_runs(name: str, args, new_run, flops: float) -> list[dict]:
+    """Each seed's run of the workload: both tuners, each best kernel re-timed in this process. A run an earlier
+    invocation kept in ``--runs-dir`` is read back (its commit and time say when it was made); a new one is
+    kept there as soon as it ends, so a 5-seed table can be finished over several sittings."""
+    runs = []
+    for seed in range(args.seeds):
+        path = run_file(name, seed, args)
+        if path is not None and path.exists():
+            run = json.loads(path.read_text())
+            print(f"  {name} seed {seed}: done earlier ({run.get('commit')}, {run.get('measured_at')}): "
+                  + _describe(run, flops), flush=True)
+        else:
+            run = {**new_run(seed), "commit": args.commit, "cpu": args.cpu,
+                   "measured_at": time.strftime("%Y-%m-%d %H:%M")}
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(run))
+            print(f"  {name} seed {seed}: " + _describe(run, flops), flush=True)
+        runs.append(run)
+    return runs
+
+
+def _describe(run: dict, flops: float) -> str:
+    return ", ".join(f"{tuner} {_gflops(flops, run.get(f'{tuner}_s'))} GFLOPS in {run[f'{tuner}_wall_s']:.0f} s"
+                     for tuner in TUNERS if f"{tuner}_wall_s" in run)
 
 
 def _gflops(flops: float, seconds: float | None) -> str:
@@ -211,6 +247,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--skip-ms", action="store_true", help="leave MetaSchedule out (quick runs)")
     p.add_argument("--out", default="te_workloads")
+    p.add_argument("--runs-dir", help="keep each seed's finished run here (e.g. bench/results/te_runs, committed), in "
+                   "a folder named after this CPU, and read back the runs kept there instead of tuning them again")
     p.add_argument("--child", choices=TUNERS, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--work-dir", help=argparse.SUPPRESS)
@@ -219,6 +257,8 @@ def parse_args() -> argparse.Namespace:
     unknown = sorted(set(args.workload_list) - set(WORKLOADS))
     if unknown:
         p.error(f"unknown workloads {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
+    if args.runs_dir and args.skip_ms:
+        p.error("--skip-ms runs leave MetaSchedule out: keep them out of --runs-dir")
     if args.child:
         args.workload = args.workload_list[0]
     return args
@@ -234,16 +274,20 @@ def main() -> None:
     from threadpoolctl import threadpool_limits
 
     info = machine_info()
+    args.cpu, args.commit = info["cpu"], git_commit()
     print(f"machine: {info}", flush=True)
     rows: list[dict] = []
-    saved = {k: v for k, v in vars(args).items() if k not in ("child", "seed", "work_dir", "workload_list")}
+    saved = {k: v for k, v in vars(args).items() if k not in ("child", "seed", "work_dir", "workload_list", "cpu",
+                                                               "commit")}
     with threadpool_limits(args.threads):
         for name in args.workload_list:
             rows.append(bench_workload(name, args))
             write_json(args.out, {"machine": info, "args": saved, "rows": rows})
         summary = print_table(rows, args)
-    path = write_json(args.out, {"machine": info, "args": saved, "rows": rows, "summary": summary})
-    print(f"wrote {path}")
+    commits = sorted({run.get("commit", "?") for row in rows for run in row["runs"]})
+    path = write_json(args.out, {"machine": info, "args": saved, "rows": rows, "summary": summary,
+                                 "commits": commits})
+    print(f"runs made at {', '.join(commits)}; wrote {path}")
 
 
 if __name__ == "__main__":
