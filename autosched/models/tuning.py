@@ -213,6 +213,7 @@ def measure_defaults(session, scheduler: TaskScheduler, db: Database, deadline: 
     return True, n_new
 
 
+SIBLING_PROPOSALS_PER_ROUND = 2  # siblings' bests queued before a task's round (of ``TaskScheduler.round_trials``)
 DEFAULT_BUILD_PATIENCE = 4  # a default schedule may take this many times the search's build timeout to compile
 
 
@@ -245,19 +246,27 @@ def refresh(scheduler: TaskScheduler, db: Database, leases: Leases) -> set[str]:
     return busy
 
 
-def share_sibling_bests(task: Task, strategies: dict, tasks: dict[str, Task], db: Database) -> None:
+def share_sibling_bests(task: Task, strategies: dict, tasks: dict[str, Task], db: Database,
+                        k: int = SIBLING_PROPOSALS_PER_ROUND) -> int:
     """Tasks with the same knobs (one convolution with different epilogues, one matmul in every shape bucket)
-    try each other's best schedule, fitted to their own ranges: queued before the task's next round (a no-op
-    once it is queued or measured)."""
+    try each other's best schedule, fitted to their own ranges: the siblings nearest in FLOPs first, at most
+    ``k`` new settings before each of the task's rounds (a model's twenty convolutions, each queueing its new
+    best every round, would fill the rounds and crowd the model-screened picks out). Returns how many were
+    queued (a setting already queued or measured is not queued again)."""
     own = strategies[task.key]
-    for key, other in strategies.items():
-        if key == task.key or other.space_signature != own.space_signature:
-            continue
+    siblings = sorted((key for key, other in strategies.items()
+                       if key != task.key and other.space_signature == own.space_signature),
+                      key=lambda key: abs(math.log(max(tasks[key].flops, 1.0) / max(task.flops, 1.0))))
+    queued = 0
+    for key in siblings:
+        if queued >= k:
+            break
         best = db.best(key, tasks[key].target_json)
         if best is not None and best.trace_json is not None:  # not a baseline record
             fitted = own.fitted(best.params)
-            if fitted is not None:
-                own.propose(fitted)
+            if fitted is not None and own.propose(fitted):
+                queued += 1
+    return queued
 
 
 def start_from_other_thread_counts(task: Task, strategy, db: Database, k: int = 4) -> int:

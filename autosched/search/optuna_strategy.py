@@ -206,14 +206,23 @@ class OptunaStrategy(SearchStrategy):
                 return None
         return out
 
-    def propose(self, params: dict[str, Any]) -> None:
-        """Measure this setting next (e.g. a similar task's best), unless it is already queued."""
-        self.study.enqueue_trial(params, skip_if_exists=True, user_attrs={OWNER_ATTR: _owner(os.getpid())})
+    def propose(self, params: dict[str, Any]) -> bool:
+        """Measure this setting next (e.g. a similar task's best), unless it is already queued or measured;
+        returns whether it was queued."""
+        key = _params_key(params)
+        if any(_params_key(t.system_attrs.get("fixed_params", t.params)) == key
+               for t in self.study.get_trials(deepcopy=False)):
+            return False
+        self.study.enqueue_trial(params, user_attrs={OWNER_ATTR: _owner(os.getpid())})
+        return True
 
     def ask(self, n: int) -> list[Candidate]:
         start = time.perf_counter()
-        if self.screen is not None and self.screen.ready:
-            for proposal in self._screened(n):
+        queued = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        if self.screen is not None and self.screen.ready and queued < n:
+            # proposed settings are measured first (in the order queued); the model screens only the rest of
+            # the batch, so none of its picks waits for a later batch, ranked by a model refitted since
+            for proposal in self._screened(n - queued):
                 self.study.enqueue_trial(proposal.params, user_attrs={OWNER_ATTR: _owner(os.getpid())})
                 self._scores[proposal.key] = proposal.score
         out = self._ask_direct(n)

@@ -14,7 +14,7 @@ from autosched.models.build import TUNED, compile_model
 from autosched.models.frontends import load_model
 from autosched.models.graph import extract_tasks, rewrite
 from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
-from autosched.models.tuning import DEFAULT_BUILD_PATIENCE, tune_model_tasks
+from autosched.models.tuning import DEFAULT_BUILD_PATIENCE, share_sibling_bests, tune_model_tasks
 from autosched.records import Candidate, MeasureResult, Status
 from autosched.session import TuningSession
 from autosched.spaces.settings import settings_for
@@ -71,8 +71,8 @@ class EndlessStrategy(ListStrategy):
         super().__init__([Candidate(task.key, {"i": i}, [task.name, i]) for i in range(1000)])
         self.space_signature = task.key
 
-    def propose(self, params) -> None:
-        pass
+    def propose(self, params) -> bool:
+        return False
 
 
 class FakeSession:
@@ -300,3 +300,46 @@ def test_a_task_starts_from_the_refitted_best_schedules_of_tasks_like_it():
     sch = search.space.apply(first.params)
     rows = next(sch.trace.decisions[i] for i in sch.trace.insts if i.kind.name == "SamplePerfectTile")
     assert math.prod(int(f) for f in rows) == 40  # the rows' tiling, refitted from 64
+
+
+class SiblingStrategy:
+    """A strategy's side of sibling sharing: one space signature, fitted = the same point, a queue."""
+
+    space_signature = "conv"
+
+    def __init__(self) -> None:
+        self.queue: list[dict] = []
+
+    def fitted(self, params: dict) -> dict:
+        return params
+
+    def propose(self, params: dict) -> bool:
+        if params in self.queue:
+            return False
+        self.queue.append(params)
+        return True
+
+
+def test_sibling_bests_come_nearest_first_and_a_few_a_round(model_tasks):
+    """Every same-knob task's best, each round, would fill a model's rounds (twenty convolutions): a round gets
+    at most ``k`` new ones, from the siblings nearest in FLOPs, and a best already queued is not queued again."""
+    from types import SimpleNamespace
+
+    tasks, _ = model_tasks
+    own = tasks[0]
+    siblings = {f"s{i}": SimpleNamespace(flops=own.flops * 2.0 ** (i - 2), target_json="t") for i in range(5)}
+    bests = {key: SimpleNamespace(params={"from": key}, trace_json="[]") for key in siblings}
+    db = SimpleNamespace(best=lambda key, target_json: bests.get(key))
+    strategies = {own.key: SiblingStrategy(), **{key: SiblingStrategy() for key in siblings},
+                  "other": EndlessStrategy(own)}  # another space: never a sibling
+    by_key = {own.key: own, **siblings, "other": own}
+
+    assert share_sibling_bests(own, strategies, by_key, db, k=2) == 2
+    assert strategies[own.key].queue == [{"from": "s2"}, {"from": "s1"}]  # same FLOPs, then half (ties: order)
+    assert share_sibling_bests(own, strategies, by_key, db, k=2) == 2  # the next nearest, not the same again
+    assert [q["from"] for q in strategies[own.key].queue] == ["s2", "s1", "s3", "s0"]
+    bests["s2"] = SimpleNamespace(params={"from": "s2", "better": True}, trace_json="[]")
+    assert share_sibling_bests(own, strategies, by_key, db, k=2) == 2  # a sibling's new best comes first
+    assert [q["from"] for q in strategies[own.key].queue[-2:]] == ["s2", "s4"]
+    bests["s4"] = SimpleNamespace(params={"from": "s4"}, trace_json=None)  # a baseline record: not a schedule
+    assert share_sibling_bests(own, strategies, by_key, db, k=2) == 0

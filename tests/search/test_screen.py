@@ -263,3 +263,22 @@ def test_pool_builds_each_setting_once_and_threads_agree_with_one(matmul_task, m
     assert strategy._add_to_pool(again, batch) == pools[0][0]
     assert built == [] and set(again) == set(pool) and all(sch is None for _, sch in again.values())
     assert len(strategy._proposals(again, list(again))) == len(pool)
+
+
+def test_proposed_settings_go_first_and_the_model_screens_only_the_rest_of_the_batch(matmul_task, matmul_space):
+    """Settings proposed from outside (a sibling task's best) take their place in the next batch; the screen
+    picks only what is left of it, so no screened pick waits in the queue for a later batch."""
+    screen = _screen(matmul_space, _fitted_random(), online=False)
+    db = MemoryDatabase()
+    strategy = OptunaStrategy(matmul_space, matmul_task.key, db.optuna_storage(), "tpe", 0, screen=screen)
+    tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), 4, 4)
+    design = matmul_space.knobs()["design"].choices[0]
+    lows = [{"design": design, **{k: min(d.low + i, d.high) for k, d in matmul_space.knobs(design).items()}}
+            for i in (0, 1)]
+    assert lows[0] != lows[1]
+    assert strategy.propose(lows[0]) and strategy.propose(lows[1])
+    assert not strategy.propose(lows[0])  # already queued
+    batch = strategy.ask(4)
+    assert len(batch) == 4 and [c.params for c in batch[:2]] == lows
+    assert all(c.predicted_score is None for c in batch[:2]) and all(c.predicted_score is not None for c in batch[2:])
+    assert not strategy.study.get_trials(states=(TrialState.WAITING,))  # nothing left over for later
