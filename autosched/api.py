@@ -123,7 +123,7 @@ def tune_model(model: Any, target: str | Target = "llvm", db: str | Database = "
     from autosched.session import TuningSession
     from autosched.tune import Deadline
 
-    config = config or TuneConfig()
+    config = (config or TuneConfig()).for_model()
     deadline = Deadline.after(config.time_budget_s)
     target = target if isinstance(target, Target) else make_target(target, config.threads)
     tasks = extract_model_tasks(model, target, shape_buckets=shape_buckets, precision=precision)

@@ -164,7 +164,7 @@ def tune_model_command(args: argparse.Namespace) -> int:
     from autosched.spaces.settings import settings_for
     from autosched.tune import Deadline
 
-    cfg = _config(args)
+    cfg = _config(args).for_model()  # weights timed out of the caches, as in the model
     if args.time is not None:  # --time alone lifts the trial limit
         cfg = cfg.replace(time_budget_s=args.time, n_trials=cfg.n_trials if args.trials else 0)
     deadline = Deadline.after(cfg.time_budget_s)  # the budget covers the whole command from here

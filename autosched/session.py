@@ -108,8 +108,8 @@ def make_runner(cfg: TuneConfig, device: str = "cpu") -> Runner:
 
         # n_threads 0: the remote device's own default (all its cores), not this machine's core count
         return RPCRunner(cfg.rpc, cfg.rpc_key, cfg.n_threads or None, *args, cutoff_ratio=cfg.cutoff_ratio,
-                         flush_cache=cfg.flush_cache)
-    return LocalRunner(cfg.threads, *args, cutoff_ratio=cfg.cutoff_ratio, flush_cache=cfg.flush_cache)
+                         flush_cache=bool(cfg.flush_cache))
+    return LocalRunner(cfg.threads, *args, cutoff_ratio=cfg.cutoff_ratio, flush_cache=bool(cfg.flush_cache))
 
 
 class TuningSession:

@@ -131,10 +131,12 @@ def _tune(args, name: str, tasks, target, db_path: Path, row: dict) -> object | 
     db = open_database(str(db_path))
     start = time.perf_counter()
     config = TuneConfig(n_trials=trials, n_threads=args.threads, seed=args.seed, time_budget_s=seconds,
-                        flush_cache=args.flush_cache, relatives=args.relatives)
+                        flush_cache={"flush": True, "warm": False}.get(args.cache),
+                        relatives=args.relatives).for_model()
     with TuningSession(config, tasks[0].target_json) as session:
         result = tune_model_tasks(session, tasks, db, trials, deadline=Deadline.after(seconds))
     row["tune_s"] = time.perf_counter() - start
+    row["flush_cache"] = config.flush_cache
     row.update(trials=result.n_new, out_of_time=result.out_of_time, tasks_searched=result.n_tuned,
                tasks_default=result.n_default, tasks_unmeasured=len(result.unmeasured))
     row["tasks_tuned"] = _tasks_tuned(db, tasks)
@@ -303,8 +305,9 @@ def main() -> None:
                    "CPU (a table is made of one CPU's rows); each row names the commit and CPU it was measured on")
     p.add_argument("--start-from", help="a --db-dir of an earlier run (e.g. at another thread count): each model's "
                    "tuning database is copied from it and tuned further (its rows say so; not a from-scratch figure)")
-    p.add_argument("--flush-cache", action="store_true", help="tune with TuneConfig.flush_cache (weights and "
-                   "outputs flushed from the caches before each timed run)")
+    p.add_argument("--cache", choices=("default", "flush", "warm"), default="default",
+                   help="TuneConfig.flush_cache: its default for models (flushed at 1 thread, warm at more), or forced "
+                   "either way (a variant: keep its rows out of --rows-dir)")
     p.add_argument("--retime", action="store_true", help="time every finished row again with this code, from the "
                    "database its run left in --db-dir (no tuning; the row keeps its tuning figures and its first "
                    "timing, and names both commits)")
@@ -314,6 +317,8 @@ def main() -> None:
     args = p.parse_args()
     if args.start_from and args.rows_dir:
         p.error("--start-from rows are not from-scratch rows: keep them out of --rows-dir")
+    if args.cache != "default" and args.rows_dir:
+        p.error("--cache flush|warm rows are a variant of the default configuration: keep them out of --rows-dir")
     if args.relatives and args.rows_dir:
         p.error("--relatives rows are a variant of the default configuration: keep them out of --rows-dir")
     if args.retime and not args.db_dir:
@@ -355,7 +360,7 @@ def main() -> None:
                 shutil.copy(Path(args.start_from).expanduser() / f"{name}.db", work / f"{name}.db")
             rows.append({**bench_model(name, args, work), "commit": commit, "cpu": meta["machine"]["cpu"],
                          "time_per_model_s": args.time, "measured_at": time.strftime("%Y-%m-%d %H:%M"),
-                         "started_from": args.start_from or None, "flush_cache": args.flush_cache,
+                         "started_from": args.start_from or None,
                          "relatives": args.relatives})
             done.write_text(json.dumps(rows[-1], default=str))
             r = rows[-1]

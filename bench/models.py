@@ -138,7 +138,7 @@ def _tune(name: str, model, args: argparse.Namespace, work: Path, variant: str =
     suffix = "" if variant == "shipped" else f".{variant}"
     db = open_database(str(work / f"{name.replace(':', '_')}{suffix}.db"))
     config = TuneConfig(n_trials=args.trials, n_threads=args.tune_threads, seed=args.seed,
-                        time_budget_s=args.time or 0.0)
+                        time_budget_s=args.time or 0.0).for_model()
     print(f"[{name}] {len(tasks)} tasks, tuning at {args.tune_threads} thread(s) in the {variant} search space ...",
           flush=True)
     last = [0.0]

@@ -130,7 +130,7 @@ _toml_values = st.one_of(st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=Tru
 def _bad_for(name: str):
     """Values the field ``name`` must refuse: another type, or outside its range."""
     default = _FIELDS[name]
-    if isinstance(default, bool):
+    if isinstance(default, bool) or default is None:  # None: a switch left unset (flush_cache)
         return st.one_of(st.integers(), _text, st.floats())
     if isinstance(default, str):
         return st.one_of(st.integers(), st.floats(), st.booleans(), st.lists(st.integers(), max_size=2))
