@@ -82,8 +82,9 @@ class TuneConfig:
         thread. Inside a model a kernel finds its weights out of the caches (the other layers' went through them
         since its last call), and one core streaming them alone is slowed most: BERT at 1 thread, tuned warm, ran
         its kernels 1.32x slower in the model than their tuned times; tuned flushed, the model ran 0.84x the time
-        (one process, interleaved; ResNet-50 0.97x, GPT-2 1.05x, ViT-B/16 1.05x: 0.97x over the four). At 2 threads tuning flushed did not help (BERT 1.03x, ResNet-50 1.01x,
-        GPT-2 1.005x the warm-tuned model's time). One operator tuned alone is timed warm."""
+        (one process, interleaved; ResNet-50 0.97x, GPT-2 1.05x, ViT-B/16 1.05x: 0.97x over the four). At 2
+        threads tuning flushed did not help (BERT 1.03x, ResNet-50 1.01x, GPT-2 1.005x the warm-tuned model's
+        time). One operator tuned alone is timed warm."""
         if self.flush_cache is not None:
             return self
         return dataclasses.replace(self, flush_cache=self.threads == 1)
