@@ -246,6 +246,11 @@ def refresh(scheduler: TaskScheduler, db: Database, leases: Leases) -> set[str]:
     return busy
 
 
+def nearest_in_flops(task: Task, tasks: dict[str, Task], keys) -> list[str]:
+    """``keys`` of ``tasks``, nearest to ``task`` in FLOPs (log ratio) first; ties keep their order."""
+    return sorted(keys, key=lambda key: abs(math.log(max(tasks[key].flops, 1.0) / max(task.flops, 1.0))))
+
+
 def share_sibling_bests(task: Task, strategies: dict, tasks: dict[str, Task], db: Database,
                         k: int = SIBLING_PROPOSALS_PER_ROUND) -> int:
     """Tasks with the same knobs (one convolution with different epilogues, one matmul in every shape bucket)
@@ -254,9 +259,8 @@ def share_sibling_bests(task: Task, strategies: dict, tasks: dict[str, Task], db
     best every round, would fill the rounds and crowd the model-screened picks out). Returns how many were
     queued (a setting already queued or measured is not queued again)."""
     own = strategies[task.key]
-    siblings = sorted((key for key, other in strategies.items()
-                       if key != task.key and other.space_signature == own.space_signature),
-                      key=lambda key: abs(math.log(max(tasks[key].flops, 1.0) / max(task.flops, 1.0))))
+    siblings = nearest_in_flops(task, tasks, (key for key, other in strategies.items()
+                                              if key != task.key and other.space_signature == own.space_signature))
     queued = 0
     for key in siblings:
         if queued >= k:
@@ -302,8 +306,8 @@ def start_from_relatives(task: Task, strategy, strategies: dict, tasks: dict[str
     mine = signatures(strategy) if k > 0 else frozenset()
     if not mine:
         return 0
-    near = sorted((key for key, other in strategies.items() if key != task.key and mine & signatures(other)),
-                  key=lambda key: abs(math.log(max(tasks[key].flops, 1.0) / max(task.flops, 1.0))))
+    near = nearest_in_flops(task, tasks, (key for key, other in strategies.items()
+                                          if key != task.key and mine & signatures(other)))
     queued = 0
     for key in near:
         best = db.best(key, tasks[key].target_json)
