@@ -290,15 +290,20 @@ class OptunaStrategy(SearchStrategy):
         return counts
 
     def _design_samples(self, measured: dict[Any, int]) -> list[dict[str, Any]]:
-        """Random settings of every design with fewer than ``screen.cover`` measured model picks (the sampler
-        stops proposing designs it has seen do badly, so the pool may lack them)."""
+        """For every design with fewer measured model picks than ``screen.cover_floor``: random settings, and
+        settings a few knobs away from its best measured ones (the sampler stops proposing designs it has seen
+        do badly, and the neighbours of the task's best are all of the leading design, so the pool may lack
+        them)."""
         rng = np.random.default_rng(self.seed + 7919 * (len(self._seen) + 1))
-        out = []
+        out, floor = [], self.screen.cover_floor(measured)
+        done = sorted(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.value)
         for design, count in measured.items():
-            if count >= self.screen.cover:
+            if count >= floor:
                 continue
             for _ in range(2 * self.screen.pool_factor):
                 out.append({"design": design, **self._random_knobs(design, rng)})
+            top = [t.params for t in done if t.params.get("design") == design][:4]
+            out += [self._mutate(top[i % len(top)], rng) for i in range(2 * self.screen.pool_factor if top else 0)]
         return out
 
     def _random_knobs(self, design: Any, rng: np.random.Generator, names: list[str] | None = None) -> dict[str, Any]:

@@ -282,3 +282,19 @@ def test_proposed_settings_go_first_and_the_model_screens_only_the_rest_of_the_b
     assert len(batch) == 4 and [c.params for c in batch[:2]] == lows
     assert all(c.predicted_score is None for c in batch[:2]) and all(c.predicted_score is not None for c in batch[2:])
     assert not strategy.study.get_trials(states=(TrialState.WAITING,))  # nothing left over for later
+
+
+def test_a_design_the_search_has_left_keeps_a_share_of_the_model_picks(matmul_space):
+    """Past ``cover`` picks, a design still gets picks while it has fewer than ``cover_share`` of its fair share
+    (all model picks / designs), at most half the batch; one at its share gets none."""
+    from autosched.search.screen import Proposal
+
+    screen = _screen(matmul_space, explore=0.0, cover=2, cover_share=1 / 3)
+    screen.model = ByFirstFeature()
+    pool = [Proposal({}, f"a{i}", np.array([10.0 + i]), group="a") for i in range(8)]
+    pool += [Proposal({}, f"b{i}", np.array([float(i)]), group="b") for i in range(8)]
+    keys = lambda chosen: [p.key for p in chosen]  # noqa: E731
+    assert screen.cover_floor({"a": 60, "b": 2}, 8) == pytest.approx(70 / 6)
+    assert keys(screen.select(pool, 8, {"a": 60, "b": 2})) == ["a7", "a6", "a5", "a4", "b7", "b6", "b5", "b4"]
+    # b at its share (12 of 70 >= 70 / 6): plain ranking
+    assert keys(screen.select(pool, 8, {"a": 50, "b": 12})) == [f"a{i}" for i in range(7, -1, -1)]
