@@ -55,6 +55,7 @@ MAX_PREBUILT = 256  # repaired settings' schedules kept until the sampler asks t
 MAX_REMEMBERED = 100_000  # pooled settings whose schedule key is kept (a few MB), so none is built twice
 APPLY_THREADS = min(4, os.cpu_count() or 1)  # threads building a pool's schedules
 ORPHAN_AFTER_S = 3600.0  # a RUNNING trial without an owner (older autosched) is stale after this long
+_ANY_DESIGN = object()  # _fastest: settings of every design
 
 
 @functools.cache
@@ -248,7 +249,7 @@ class OptunaStrategy(SearchStrategy):
             # a pooled trial is left RUNNING in the scratch study: the constant liar spreads the pool
         self._add_to_pool(pool, self._neighbours(2 * want))
         measured = self._model_picks_per_design()
-        self._add_to_pool(pool, self._design_samples(measured))
+        self._add_to_pool(pool, self._design_samples(measured, n))
         if not pool:
             return []
         proposals = self._evolve(self._proposals(pool, list(pool)), n)
@@ -289,21 +290,19 @@ class OptunaStrategy(SearchStrategy):
                 counts[t.params.get("design")] += 1
         return counts
 
-    def _design_samples(self, measured: dict[Any, int]) -> list[dict[str, Any]]:
-        """For every design with fewer measured model picks than ``screen.cover_floor``: random settings, and
-        settings a few knobs away from its best measured ones (the sampler stops proposing designs it has seen
-        do badly, and the neighbours of the task's best are all of the leading design, so the pool may lack
-        them)."""
+    def _design_samples(self, measured: dict[Any, int], batch: int) -> list[dict[str, Any]]:
+        """For every design with fewer measured model picks than ``screen.cover_floor`` (once ``batch`` is
+        measured): random settings, and settings a few knobs away from its best measured ones (the sampler stops
+        proposing designs it has seen do badly, and the neighbours of the task's best are all of the leading
+        design, so the pool may lack them)."""
         rng = np.random.default_rng(self.seed + 7919 * (len(self._seen) + 1))
-        out, floor = [], self.screen.cover_floor(measured)
-        done = sorted(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.value)
+        out, floor = [], self.screen.cover_floor(measured, batch)
         for design, count in measured.items():
             if count >= floor:
                 continue
             for _ in range(2 * self.screen.pool_factor):
                 out.append({"design": design, **self._random_knobs(design, rng)})
-            top = [t.params for t in done if t.params.get("design") == design][:4]
-            out += [self._mutate(top[i % len(top)], rng) for i in range(2 * self.screen.pool_factor if top else 0)]
+            out += self._mutants(self._fastest(design)[:4], 2 * self.screen.pool_factor, rng)
         return out
 
     def _random_knobs(self, design: Any, rng: np.random.Generator, names: list[str] | None = None) -> dict[str, Any]:
@@ -367,12 +366,17 @@ class OptunaStrategy(SearchStrategy):
     def _neighbours(self, n: int) -> list[dict[str, Any]]:
         """``n`` settings one to three knobs away from the best measured ones (the sampler alone rarely proposes
         the small steps that take a good schedule to a better one)."""
-        done = sorted(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.value)
-        top = done[: max(1, n // 8)]
-        if not top:
-            return []
         rng = np.random.default_rng(self.seed + len(self._seen))
-        return [self._mutate(top[i % len(top)].params, rng) for i in range(n)]
+        return self._mutants(self._fastest()[: max(1, n // 8)], n, rng)
+
+    def _fastest(self, design: Any = _ANY_DESIGN) -> list[dict[str, Any]]:
+        """Settings of the measured trials (of ``design`` only, where given), fastest first."""
+        done = sorted(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.value)
+        return [t.params for t in done if design is _ANY_DESIGN or t.params.get("design") == design]
+
+    def _mutants(self, parents: list[dict[str, Any]], n: int, rng: np.random.Generator) -> list[dict[str, Any]]:
+        """``n`` mutations of ``parents`` in turn (none without parents)."""
+        return [self._mutate(parents[i % len(parents)], rng) for i in range(n)] if parents else []
 
     def _mutate(self, params: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         """``params`` with one to three knobs of its design set at random (layer_norm: the fast kernels are three

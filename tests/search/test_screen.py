@@ -298,3 +298,19 @@ def test_a_design_the_search_has_left_keeps_a_share_of_the_model_picks(matmul_sp
     assert keys(screen.select(pool, 8, {"a": 60, "b": 2})) == ["a7", "a6", "a5", "a4", "b7", "b6", "b5", "b4"]
     # b at its share (12 of 70 >= 70 / 6): plain ranking
     assert keys(screen.select(pool, 8, {"a": 50, "b": 12})) == [f"a{i}" for i in range(7, -1, -1)]
+
+
+def test_a_design_below_its_share_gets_neighbours_of_its_own_best_settings(matmul_task, matmul_space):
+    """The pool's samples of a design below its floor include settings one to three knobs from its fastest
+    measured ones, not only random settings; a design at its floor gets none."""
+    db = MemoryDatabase()
+    screen = _screen(matmul_space)
+    strategy = OptunaStrategy(matmul_space, matmul_task.key, db.optuna_storage(), "tpe", 0, screen=screen)
+    tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), n_trials=24, batch_size=4)
+    designs = list(strategy._model_picks_per_design())
+    design = next(d for d in designs if strategy._fastest(d))
+    best = strategy._fastest(design)[:4]
+    samples = strategy._design_samples({d: (0 if d == design else 100) for d in designs}, 4)
+    assert samples and all(s["design"] == design for s in samples)
+    near = [s for s in samples if min(sum(b.get(k) != v for k, v in s.items()) for b in best) <= 3]
+    assert len(near) >= 2 * strategy.screen.pool_factor
