@@ -201,6 +201,21 @@ def _rank_corr(records) -> str:
     return f"{rho:+.2f} (n={len(pairs)})"
 
 
+def _designs(records, best) -> str:
+    """Measured trials per schedule design, the best record's design starred: "0:12 1:40* default:1" (default:
+    the untuned baseline). A design the search has left shows as a small count ("-": a space with one design)."""
+    from collections import Counter
+
+    from autosched.records import Status
+
+    counts = Counter(r.params.get("design") for r in records if r.status is not Status.INVALID)
+    if set(counts) <= {None}:
+        return "-"
+    star = best.params.get("design") if best else None
+    return " ".join(f"{'default' if d is None else d}:{n}{'*' if d == star else ''}"
+                    for d, n in sorted(counts.items(), key=lambda x: (x[0] is None, str(x[0]))))
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from autosched.db import open_database
     from autosched.records import Status
@@ -208,8 +223,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     db = open_database(args.db, create=False)
     table = Table(title=f"autosched show: {args.db}")
     for col in ("task", "target", "trials", "ok", "failed", "rejected", "best latency", "GFLOPS",
-                "model rank corr.", "key"):
-        table.add_column(col, justify="left" if col in ("task", "target", "key") else "right")
+                "trials per design", "model rank corr.", "key"):
+        table.add_column(col, justify="left" if col in ("task", "target", "trials per design", "key") else "right")
     for t in db.tasks():
         recs = db.records(t.task_key)
         best = db.best(t.task_key)
@@ -219,7 +234,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         table.add_row(t.name, f"{target.get('kind')} {target.get('mcpu', '')} x{target.get('num-cores', '')}",
                       str(len(recs) - n_rej), str(n_ok), str(len(recs) - n_rej - n_ok), str(n_rej),
                       _fmt_s(best.latency_s if best else float("inf")),
-                      _gflops(t.flops, best.latency_s if best else float("inf")), _rank_corr(recs), t.task_key)
+                      _gflops(t.flops, best.latency_s if best else float("inf")), _designs(recs, best),
+                      _rank_corr(recs), t.task_key)
     out.print(table)
     db.close()
     return 0

@@ -290,3 +290,18 @@ def test_tune_a_model_with_json_ends_with_its_result(tmp_path, capsys):
 
 def test_quiet_and_json_together_are_refused(capsys):
     assert main(["tune", "--op", "matmul", "--shape", "16,16,16", "--quiet", "--json"]) == 2
+
+
+def test_show_counts_trials_per_design_and_stars_the_best_records_design():
+    from autosched.commands import _designs
+    from autosched.records import Status, TuningRecord
+
+    def rec(design, latency, status=Status.OK):
+        return TuningRecord("k", "{}", {} if design is None else {"design": design, "tile": 4}, [], None, status,
+                            [latency], None, "v", "tvm", 1)
+
+    recs = [rec(0, 2e-3), rec(1, 1e-3), rec(1, 3e-3), rec(1, 0, Status.INVALID), rec(2, 0, Status.BUILD_ERROR)]
+    assert _designs(recs, recs[1]) == "0:1 1:2* 2:1"  # a rejected candidate is not a trial; a failed one is
+    assert _designs(recs, None) == "0:1 1:2 2:1"
+    assert _designs([*recs, rec(None, 5e-3)], recs[0]) == "0:1* 1:2 2:1 default:1"  # the untuned baseline
+    assert _designs([rec(None, 1e-3)], None) == "-"  # a space with one design
