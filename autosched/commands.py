@@ -222,10 +222,13 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     db = open_database(args.db, create=False)
     table = Table(title=f"autosched show: {args.db}")
+    tasks = db.tasks()
+    name_width = min(40, max((len(t.name) for t in tasks), default=4))
     for col in ("task", "target", "trials", "ok", "failed", "rejected", "best latency", "GFLOPS",
                 "trials per design", "model rank corr.", "key"):
-        table.add_column(col, justify="left" if col in ("task", "target", "trials per design", "key") else "right")
-    for t in db.tasks():
+        table.add_column(col, justify="left" if col in ("task", "target", "trials per design", "key") else "right",
+                         no_wrap=col in ("task", "target", "key"), min_width=name_width if col == "task" else None)
+    for t in tasks:
         recs = db.records(t.task_key)
         best = db.best(t.task_key)
         target = json.loads(t.target)
@@ -236,7 +239,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                       _fmt_s(best.latency_s if best else float("inf")),
                       _gflops(t.flops, best.latency_s if best else float("inf")), _designs(recs, best),
                       _rank_corr(recs), t.task_key)
-    out.print(table)
+    # 11 columns: on a narrow terminal the lines wrap rather than names and numbers being cut
+    Console(highlight=False, width=max(_WIDTH, 160)).print(table)
     db.close()
     return 0
 
