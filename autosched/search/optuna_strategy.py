@@ -55,7 +55,6 @@ MAX_PREBUILT = 256  # repaired settings' schedules kept until the sampler asks t
 MAX_REMEMBERED = 100_000  # pooled settings whose schedule key is kept (a few MB), so none is built twice
 APPLY_THREADS = min(4, os.cpu_count() or 1)  # threads building a pool's schedules
 ORPHAN_AFTER_S = 3600.0  # a RUNNING trial without an owner (older autosched) is stale after this long
-_ANY_DESIGN = object()  # _fastest: settings of every design
 
 
 @functools.cache
@@ -297,12 +296,14 @@ class OptunaStrategy(SearchStrategy):
         design, so the pool may lack them)."""
         rng = np.random.default_rng(self.seed + 7919 * (len(self._seen) + 1))
         out, floor = [], self.screen.cover_floor(measured, batch)
+        fastest = self._fastest()  # read once, whatever the number of designs below the floor
         for design, count in measured.items():
             if count >= floor:
                 continue
             for _ in range(2 * self.screen.pool_factor):
                 out.append({"design": design, **self._random_knobs(design, rng)})
-            out += self._mutants(self._fastest(design)[:4], 2 * self.screen.pool_factor, rng)
+            own = [params for params in fastest if params.get("design") == design][:4]
+            out += self._mutants(own, 2 * self.screen.pool_factor, rng)
         return out
 
     def _random_knobs(self, design: Any, rng: np.random.Generator, names: list[str] | None = None) -> dict[str, Any]:
@@ -369,10 +370,10 @@ class OptunaStrategy(SearchStrategy):
         rng = np.random.default_rng(self.seed + len(self._seen))
         return self._mutants(self._fastest()[: max(1, n // 8)], n, rng)
 
-    def _fastest(self, design: Any = _ANY_DESIGN) -> list[dict[str, Any]]:
-        """Settings of the measured trials (of ``design`` only, where given), fastest first."""
+    def _fastest(self) -> list[dict[str, Any]]:
+        """Settings of the measured trials, fastest first."""
         done = sorted(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.value)
-        return [t.params for t in done if design is _ANY_DESIGN or t.params.get("design") == design]
+        return [t.params for t in done]
 
     def _mutants(self, parents: list[dict[str, Any]], n: int, rng: np.random.Generator) -> list[dict[str, Any]]:
         """``n`` mutations of ``parents`` in turn (none without parents)."""
