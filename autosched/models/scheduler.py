@@ -3,9 +3,9 @@ end-to-end latency.
 
 The objective is sum(weight x best latency). Like Ansor's gradient scheduler, each round goes to the task
 whose next round is expected to cut the most from it: a mix of the last round's cut, as a fraction of what is
-left (backward), and an optimistic bound that shrinks with the trials already spent and halves with each round
-that found nothing better (forward). Tasks that stop improving fall behind; tasks whose search space is exhausted
-leave the rotation, and their budget goes to the others.
+left (backward), and an optimistic bound that shrinks with the trials already spent and with each round that found
+nothing better (forward, by ``stale_decay`` a round). Tasks that stop improving fall behind; tasks whose search
+space is exhausted leave the rotation, and their budget goes to the others.
 
 Which tasks are searched at all: after the untuned baselines, a task whose share of the untuned latency is
 under ``cheap_share`` and whose pattern is cheap (elementwise, broadcast, injective, a tiny reduction) keeps
@@ -98,10 +98,15 @@ def mark_cheap(states: list[TaskState], max_share: float) -> None:
 
 class TaskScheduler:
     def __init__(self, states: list[TaskState], total_trials: int | None, round_trials: int = 8,
-                 backward_weight: float = 0.5):
-        """``total_trials``: measurements of all tasks together (earlier runs included); None = no limit."""
+                 backward_weight: float = 0.5, stale_decay: float = 0.75):
+        """``total_trials``: measurements of all tasks together (earlier runs included); None = no limit.
+        ``stale_decay``: the forward bound's factor for each round in a row that found nothing better. A heavy
+        task's search often stalls for 3-4 rounds before it improves again (MobileNetV2's heaviest convolution at
+        1 thread: 674 us after 48 trials, 424 us after 96); at 0.5 a round such a task was left after its first
+        stall. Replayed on 26 recorded 10-minute runs of 6 models at 1 and 2 threads (``bench/scheduler_replay.py``),
+        0.75 gave each set the same or a lower estimated latency than 0.5 (geomean 0.977x, ViT-B/16 0.92-0.96x)."""
         self.states, self.total_trials, self.round_trials = states, total_trials, round_trials
-        self.backward_weight = backward_weight
+        self.backward_weight, self.stale_decay = backward_weight, stale_decay
         self.reserved = 0  # trials of other workers' rounds in flight (claimed, not yet measured)
 
     @property
@@ -125,8 +130,8 @@ class TaskScheduler:
     def _expected_gain(self, s: TaskState) -> float:
         if self._fresh(s):  # no round yet: optimistic, its whole contribution
             return s.task.weight * s.ranking_s
-        # forward: optimistic, shrinking with trials spent and halving with every round that found nothing
-        forward = s.ranking_s / max(s.n_trials, 1) * self.round_trials * 0.5 ** s.stale_rounds
+        # forward: optimistic, shrinking with trials spent and with every round that found nothing
+        forward = s.ranking_s / max(s.n_trials, 1) * self.round_trials * self.stale_decay ** s.stale_rounds
         # backward: the last round's cut, as a fraction, of what is left now. In absolute terms, a first round's
         # cut from the untuned build (170 ms -> 1.5 ms on a ResNet-50 convolution) bought second rounds while
         # heavier tasks waited for a first one.
