@@ -102,9 +102,10 @@ class TaskScheduler:
         """``total_trials``: measurements of all tasks together (earlier runs included); None = no limit.
         ``stale_decay``: the forward bound's factor for each round in a row that found nothing better. A heavy
         task's search often stalls for 3-4 rounds before it improves again (MobileNetV2's heaviest convolution at
-        1 thread: 674 us after 48 trials, 424 us after 96); at 0.5 a round such a task was left after its first
-        stall. Replayed on 26 recorded 10-minute runs of 6 models at 1 and 2 threads (``bench/scheduler_replay.py``),
-        0.75 gave each set the same or a lower estimated latency than 0.5 (geomean 0.977x, ViT-B/16 0.92-0.96x)."""
+        1 thread, one run: 691 us after 16 trials, 674 after 32, 547 after 40, 488 after 64, 424 after 96); at 0.5
+        a round such a task could be left after a stall. Replayed on 26 recorded 10-minute runs of 6 models at 1
+        and 2 threads (``bench/scheduler_replay.py``), 0.75 gave each set the same or a lower estimated latency
+        than 0.5 (geomean 0.977x, ViT-B/16 0.92-0.96x)."""
         self.states, self.total_trials, self.round_trials = states, total_trials, round_trials
         self.backward_weight, self.stale_decay = backward_weight, stale_decay
         self.reserved = 0  # trials of other workers' rounds in flight (claimed, not yet measured)
