@@ -58,6 +58,9 @@ def export(path: Path, sets: list[str]) -> None:
     payload = {}
     for spec in sets:
         name, _, dbs = spec.partition("=")
+        missing = [db for db in dbs.split(",") if not Path(db).is_file()]
+        if not dbs or missing:
+            sys.exit(f"scheduler_replay: {spec!r}: give NAME=DB,DB,... with existing databases (missing: {missing})")
         runs = [task_curves(db) for db in dbs.split(",")]
         common = set.intersection(*(set(run) for run in runs))
         payload[name] = {"runs": [{task: run[task] for task in sorted(common)} for run in runs],
