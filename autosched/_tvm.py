@@ -241,6 +241,11 @@ def arg_specs(func: PrimFunc) -> list[tuple[tuple[int, ...], str]]:
     return [(tuple(int(d) for d in info.shape), str(info.dtype)) for info in infos]
 
 
+def llvm_vector_bits(target: Target) -> int:
+    """The widest vector register of an LLVM target's CPU (512 with AVX-512, 256 with AVX2, 128 on NEON)."""
+    return int(tvm.target.codegen.llvm_get_vector_width(target))
+
+
 def estimate_flops(mod: IRModule) -> float:
     return float(s_tir.analysis.estimate_tir_flops(mod))
 

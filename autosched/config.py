@@ -40,6 +40,8 @@ class TuneConfig:
     relatives: int = 0  # models: at a task's first search round, queue the best schedules of up to this many
     # tasks of the model with a design in common at other sizes (convolutions of other channel counts), refitted
     # (TraceSearchSpace.transfer_params); 0 = off
+    microkernel_seeds: int = 4  # models, CPU: at a float32 matmul's or convolution's first search round, queue up to
+    # this many settings shaped like a BLAS micro-kernel (autosched/spaces/microkernel.py); 0 = off
     cutoff_ratio: float = 3.0  # a candidate whose first run is this much slower than the best is timed once
     cost_model: str = "xgb"  # one of COST_MODELS: screens the sampler's proposals before measuring
     transfer: bool = True  # start from the shipped cross-task model (cost_models/<target kind>) if one fits

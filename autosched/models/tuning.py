@@ -292,6 +292,18 @@ def start_from_other_thread_counts(task: Task, strategy, db: Database, k: int = 
     return 0
 
 
+def start_from_microkernels(task: Task, strategy, k: int) -> int:
+    """On a CPU, queue up to ``k`` micro-kernel-shaped settings of a float32 matmul or convolution
+    (``microkernel_params``) as this search's first candidates. Returns how many were queued."""
+    space = getattr(strategy, "space", None)  # none for a search without a trace space (a test's fake)
+    if k <= 0 or not isinstance(space, TraceSearchSpace) or task.target.kind.name != "llvm":
+        return 0
+    from autosched._tvm import llvm_vector_bits
+    from autosched.spaces.microkernel import microkernel_params
+
+    return sum(strategy.propose(p) for p in microkernel_params(space, llvm_vector_bits(task.target), k))
+
+
 def start_from_relatives(task: Task, strategy, strategies: dict, tasks: dict[str, Task], db: Database,
                          k: int) -> int:
     """Tasks of the model whose spaces share a design with this one at other sizes (convolutions of other
@@ -350,6 +362,8 @@ class _Rounds:
             if n := start_from_relatives(task, self.strategies[task.key], self.strategies, tasks, self.db,
                                          self.session.config.relatives):
                 log.info("%s: proposes the refitted best schedules of %d tasks like it", task.name, n)
+            if n := start_from_microkernels(task, self.strategies[task.key], self.session.config.microkernel_seeds):
+                log.info("%s: proposes %d micro-kernel-shaped schedules", task.name, n)
         share_sibling_bests(task, self.strategies, {s.task.key: s.task for s in self.scheduler.states}, self.db)
         want = state.n_trials + self.scheduler.round_size(state, self.deadline.left_s())
 

@@ -122,6 +122,7 @@ class _Knob:
     extent: int = 0
     n_levels: int = 0
     max_innermost: int = 0
+    choices: tuple = ()  # a categorical's candidates (e.g. unroll depths)
 
 
 class TraceSearchSpace(SearchSpace):
@@ -182,7 +183,8 @@ class TraceSearchSpace(SearchSpace):
                                        extent, n_levels, max_inner if max_inner > 0 else extent))
             elif kind == "SampleCategorical":
                 n = len(inst.attrs[0])
-                knobs.append(_Knob(f"{prefix}.cat", inst, kind, IntDistribution(0, max(n - 1, 0))))
+                knobs.append(_Knob(f"{prefix}.cat", inst, kind, IntDistribution(0, max(n - 1, 0)),
+                                   choices=tuple(as_python(c) for c in inst.attrs[0])))
             else:
                 knobs.append(_Knob(f"{prefix}.loc", inst, kind, IntDistribution(-2, self._max_location(trace, inst))))
         return knobs
@@ -199,6 +201,17 @@ class TraceSearchSpace(SearchSpace):
             if applied.kind.name == "SampleComputeLocation" and int(sch.trace.decisions[applied]) >= -2:
                 last = int(sch.trace.decisions[applied])
         return max(last, int(trace.decisions[inst]), 0)
+
+    def tile_knobs(self, design: int) -> dict[Any, list[_Knob]]:
+        """The design's tilings: sampling instruction -> its knobs (levels 1..n-1), in trace order."""
+        out: dict[Any, list[_Knob]] = {}
+        for k in self._knobs[design]:
+            if k.kind == "SamplePerfectTile":
+                out.setdefault(k.inst, []).append(k)
+        return out
+
+    def categorical_knobs(self, design: int) -> list[_Knob]:
+        return [k for k in self._knobs[design] if k.kind == "SampleCategorical"]
 
     @functools.cached_property
     def design_signatures(self) -> frozenset[str]:

@@ -1,0 +1,79 @@
+"""First candidates for a matmul or convolution on a CPU: the register-tile shapes a hand-written GEMM kernel uses.
+
+A multi-level-tiled block (``SSRSRS``: spatial tiles at four levels, reduction tiles at two) is searched from
+random tilings, and on a large matmul the search settles in whichever region its first good sample fell: ViT-B/16's
+FFN matmul (200x768 @ 768x3072 at 2 threads) ended at 2.4 ms in one 10-minute run and 3.1-3.3 ms in three others
+(the same task, the same space). The seeds here are points of the same space, so the search goes on from them as
+from any measured setting. Each one is the shape of a BLAS micro-kernel: ``r`` output rows times ``c`` vectors of
+output columns in registers (``r x c`` of the 32 AVX-512 registers, 16-28 of them), one tile of 192 columns per
+parallel chunk so the rows read stay in L1 while the weight panel streams from L2, the chunks ordered so that
+neighbours share that panel, a reduction step of 3 unrolled. On that FFN matmul they measured 2.5-3.1 ms, against
+3.0 ms for the best of 178 searched trials in one run (``python bench/kernels.py`` does not time them; the
+corpus rows do).
+
+Only float32 blocks with one tiled block per function get seeds (low-precision kernels have their own designs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autosched._tvm import arg_specs
+from autosched.spaces.trace_space import TraceSearchSpace, divisors
+
+REGISTER_TILES = ((12, 2), (6, 4), (8, 2), (14, 2))  # (rows, vectors of columns): 24, 24, 16, 28 accumulators
+PANEL_COLUMNS = 192  # output columns of one parallel chunk (12 float32 vectors on AVX-512)
+REDUCTION_STEP = 3  # reduction iterations unrolled inside the register tile
+UNROLL = 512  # the deepest explicit unroll of parallel_vectorize_unroll
+
+
+def _below(extent: int, want: int) -> int:
+    """The largest divisor of ``extent`` no larger than ``want`` (at least 1)."""
+    return max(d for d in divisors(extent) if d <= max(want, 1))
+
+
+def microkernel_params(space: TraceSearchSpace, vector_bits: int, n: int = len(REGISTER_TILES)) -> list[dict[str, Any]]:
+    """Up to ``n`` settings of the space's first multi-level-tiled design, one per register tile of
+    ``REGISTER_TILES``; [] where the function is not a float32 block with one tiled loop nest (spatial tiles at four
+    levels, its output's last axis the vector axis, another spatial axis of at least 4 for the rows)."""
+    if not _float32_output(space):
+        return []
+    lanes = max(vector_bits // 32, 1)
+    for design in range(len(space.designs)):
+        tiles = space.tile_knobs(design)
+        levels = [knobs[0].n_levels for knobs in tiles.values()]
+        if levels.count(4) < 2 or any(lv not in (2, 4) for lv in levels):
+            continue
+        spatial = [inst for inst, knobs in tiles.items() if knobs[0].n_levels == 4]
+        reduction = [inst for inst, knobs in tiles.items() if knobs[0].n_levels == 2]
+        vector, rows = spatial[-1], [inst for inst in spatial[:-1] if tiles[inst][0].extent >= 4]
+        if not rows:
+            return []
+        out: list[dict[str, Any]] = []
+        for r, c in REGISTER_TILES[:n]:
+            factors: dict[Any, list[int]] = {inst: [1, 1, 1] for inst in spatial}  # levels 1..3; level 0 the rest
+            n_cols = tiles[vector][0].extent
+            width = _below(n_cols, c * lanes)
+            factors[vector] = [_below(n_cols // width, PANEL_COLUMNS // width), 1, width]
+            m = tiles[rows[-1]][0].extent
+            row_tile = _below(m, r)
+            factors[rows[-1]] = [m // row_tile, row_tile, 1]  # rows at level 1: column panels outermost
+            for i, inst in enumerate(reduction):
+                factors[inst] = [_below(tiles[inst][0].extent, REDUCTION_STEP) if i == len(reduction) - 1 else 1]
+            params = space.default_params(design)
+            for inst, knobs in tiles.items():
+                for knob in knobs:
+                    level = int(knob.name.rsplit("tile", 1)[1])
+                    params[knob.name] = divisors(knob.extent).index(factors[inst][level - 1])
+            for knob in space.categorical_knobs(design):
+                params[knob.name] = knob.choices.index(UNROLL) if UNROLL in knob.choices else params[knob.name]
+            if params not in out:
+                out.append(params)
+        return out
+    return []
+
+
+def _float32_output(space: TraceSearchSpace) -> bool:
+    """Every buffer of the (single) function is float32."""
+    funcs = list(space.mod.functions.values())
+    return len(funcs) == 1 and all(dtype == "float32" for _, dtype in arg_specs(funcs[0]))
