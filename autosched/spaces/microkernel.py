@@ -1,15 +1,16 @@
 """First candidates for a matmul or convolution on a CPU: the register-tile shapes a hand-written GEMM kernel uses.
 
 A multi-level-tiled block (``SSRSRS``: spatial tiles at four levels, reduction tiles at two) is searched from
-random tilings, and on a large matmul the search settles in whichever region its first good sample fell: ViT-B/16's
-FFN matmul (200x768 @ 768x3072 at 2 threads) ended at 2.4 ms in one 10-minute run and 3.1-3.3 ms in three others
-(the same task, the same space). The seeds here are points of the same space, so the search goes on from them as
-from any measured setting. Each one is the shape of a BLAS micro-kernel: ``r`` output rows times ``c`` vectors of
-output columns in registers (``r x c`` of the 32 AVX-512 registers, 16-28 of them), one tile of 192 columns per
-parallel chunk so the rows read stay in L1 while the weight panel streams from L2, the chunks ordered so that
-neighbours share that panel, a reduction step of 3 unrolled. On that FFN matmul they measured 2.5-3.1 ms, against
-3.0 ms for the best of 178 searched trials in one run (``python bench/kernels.py`` does not time them; the
-corpus rows do).
+random tilings, and on a large matmul the search settles in whichever region its first good samples fell in:
+ViT-B/16's FFN matmul (200x768 @ 768x3072, GELU epilogue, 2 threads) ended at 2.4 ms in one 10-minute model run and
+at 3.0-3.3 ms in three others (the same task and space). The seeds are points of the same space, measured first, so
+the search goes on from them as from any measured setting. Each has the shape of a BLAS micro-kernel: ``r`` output
+rows times ``c`` vectors of output columns accumulated in registers (16-28 of AVX-512's 32), a panel of 192 columns
+per parallel chunk so the rows read stay in L1 while the weight panel streams from L2, the chunks ordered so that
+neighbours share that panel (rows at tile level 1, columns at level 0), three reduction steps unrolled inside.
+On that matmul alone: 2.54, 2.73 and 2.84 ms for (12, 2), (6, 4) and (8, 2), against 2.98 ms for the best of the
+search's 178 trials in a run without them. ViT-B/16 tuned 10 minutes at 2 threads with them: 0.99x ONNX Runtime,
+0.79x and 0.88x two models tuned without them (one process each, paired; README, "Micro-kernel seeds").
 
 Only float32 blocks with one tiled block per function get seeds (low-precision kernels have their own designs).
 """

@@ -343,3 +343,34 @@ def test_sibling_bests_come_nearest_first_and_a_few_a_round(model_tasks):
     assert [q["from"] for q in strategies[own.key].queue[-2:]] == ["s2", "s4"]
     bests["s4"] = SimpleNamespace(params={"from": "s4"}, trace_json=None)  # a baseline record: not a schedule
     assert share_sibling_bests(own, strategies, by_key, db, k=2) == 0
+
+
+def test_a_matmul_starts_from_micro_kernel_shaped_schedules():
+    """A float32 matmul's first candidates are the micro-kernel seeds (each queued once); a softmax, a CUDA task
+    and a budget of 0 get none."""
+    import optuna
+
+    from autosched._tvm import llvm_vector_bits
+    from autosched.models.tuning import start_from_microkernels
+    from autosched.search.optuna_strategy import OptunaStrategy
+    from autosched.spaces.microkernel import microkernel_params
+    from autosched.spaces.trace_space import TraceSearchSpace
+    from autosched.tasks import make_target
+
+    def strategy(task):
+        space = TraceSearchSpace(task.mod, task.target, settings_for(task.target))
+        return OptunaStrategy(space, task.key, optuna.storages.InMemoryStorage(), "random", 0)
+
+    cpu, gpu = make_target("llvm", 1), make_target("cuda")
+    matmul = op_task("matmul", (96, 128, 256), cpu, settings_for(cpu).version)
+    search = strategy(matmul)
+    assert start_from_microkernels(matmul, search, k=0) == 0
+    n = start_from_microkernels(matmul, search, k=3)
+    assert 1 <= n <= 3
+    assert start_from_microkernels(matmul, search, k=3) == 0  # already queued
+    seeds = microkernel_params(search.space, llvm_vector_bits(cpu), 3)
+    assert [c.params for c in search.ask(n)] == seeds[:n]
+    softmax = op_task("softmax", (8, 64), cpu, settings_for(cpu).version)
+    assert start_from_microkernels(softmax, strategy(softmax), k=4) == 0
+    on_gpu = op_task("matmul", (96, 128, 256), gpu, settings_for(gpu).version)
+    assert start_from_microkernels(on_gpu, strategy(on_gpu), k=4) == 0

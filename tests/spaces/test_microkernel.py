@@ -1,13 +1,15 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from autosched._tvm import llvm_vector_bits
 from autosched.spaces.microkernel import REGISTER_TILES, microkernel_params
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
-from autosched.tasks import op_task
 from autosched.targets import make_target
+from autosched.tasks import op_task
 
 
 def _space(op: str, shape: tuple[int, ...], target) -> TraceSearchSpace:
@@ -16,10 +18,7 @@ def _space(op: str, shape: tuple[int, ...], target) -> TraceSearchSpace:
 
 def _innermost_vector_extent(script: str) -> set[int]:
     """Extents of the vectorised loops of a scheduled function's script."""
-    import re
-
-    return {int(m) for m in re.findall(r"T\.vectorized\(T\.int64\((\d+)\)\)|T\.vectorized\((\d+)\)", script)
-            for m in m if m}
+    return {int(a or b) for a, b in re.findall(r"T\.vectorized\(T\.int64\((\d+)\)\)|T\.vectorized\((\d+)\)", script)}
 
 
 @pytest.mark.parametrize("bits,widths", [(512, {32, 64}), (256, {16, 32})])
@@ -32,8 +31,8 @@ def test_matmul_seeds_are_legal_and_hold_the_register_tiles(bits, widths, cpu_ta
     for params in seeds:
         script = space.apply(params).mod.script()  # legal: the postprocessors accept it
         found |= _innermost_vector_extent(script) & widths
-        assert params[next(k.name for k in space.categorical_knobs(params["design"]) if 512 in k.choices)] \
-            == next(k for k in space.categorical_knobs(params["design"]) if 512 in k.choices).choices.index(512)
+        (unroll,) = [k for k in space.categorical_knobs(params["design"]) if 512 in k.choices]
+        assert unroll.choices[params[unroll.name]] == 512
     assert found == widths  # c vectors of bits/32 float32 lanes: 2 and 4 vectors
 
 
@@ -42,7 +41,8 @@ def test_conv_seeds_vectorise_the_output_s_last_axis(cpu_target):
     seeds = microkernel_params(space, 512, n=2)
     assert len(seeds) == 2
     for params in seeds:
-        assert _innermost_vector_extent(space.apply(params).mod.script()) in ({14}, {28}, {14, 28})  # W, or 2 rows of it
+        vectors = _innermost_vector_extent(space.apply(params).mod.script())
+        assert vectors in ({14}, {28}, {14, 28})  # W, or two rows of it
 
 
 def test_no_seeds_where_there_is_no_tiled_float32_block(cpu_target):
