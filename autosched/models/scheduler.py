@@ -105,8 +105,9 @@ class TaskScheduler:
         1 thread, one run: 691 us after 16 trials, 674 after 32, 547 after 40, 488 after 64, 424 after 96); at 0.5
         a round such a task could be left after a stall. Replayed on 26 recorded 10-minute runs of 6 models at 1
         and 2 threads (``bench/scheduler_replay.py``), 0.75 gave each set the same or a lower estimated latency
-        than 0.5 (geomean 0.977x, ViT-B/16 0.92-0.96x); tuned for real, MobileNetV2 at 1 thread ran 0.91x, but
-        ViT-B/16 at 2 threads 1.07-1.11x the old rule's (one process, paired): still open, see the README."""
+        than 0.5 (geomean 0.977x, ViT-B/16 0.92-0.96x); tuned for real, MobileNetV2 at 1 thread ran 0.91x; ViT-B/16 at 2
+        threads ran 1.07-1.11x the old rule's, mostly search luck on its FFN matmuls, and with micro-kernel seeds
+        (spaces/microkernel.py) 0.88x the old rule's run (one process, paired; README, "Micro-kernel seeds")."""
         self.states, self.total_trials, self.round_trials = states, total_trials, round_trials
         self.backward_weight, self.stale_decay = backward_weight, stale_decay
         self.reserved = 0  # trials of other workers' rounds in flight (claimed, not yet measured)
