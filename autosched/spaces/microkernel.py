@@ -34,10 +34,10 @@ def _below(extent: int, want: int) -> int:
 
 
 def microkernel_params(space: TraceSearchSpace, vector_bits: int, n: int = len(REGISTER_TILES)) -> list[dict[str, Any]]:
-    """Up to ``n`` settings of the space's first multi-level-tiled design, one per register tile of
-    ``REGISTER_TILES``; [] where the function is not a float32 block with one tiled loop nest (spatial tiles at four
-    levels, its output's last axis the vector axis, another spatial axis of at least 4 for the rows)."""
-    if not _float32_output(space):
+    """Up to ``n`` settings of the space's first multi-level-tiled design (spatial tilings at four levels, reduction
+    tilings at two), one per register tile of ``REGISTER_TILES``: the last spatial axis is the vector axis, the last
+    other spatial axis of at least 4 holds the rows. [] where the function is not all float32 or has no such design."""
+    if not _all_float32(space):
         return []
     lanes = max(vector_bits // 32, 1)
     for design in range(len(space.designs)):
@@ -47,34 +47,34 @@ def microkernel_params(space: TraceSearchSpace, vector_bits: int, n: int = len(R
             continue
         spatial = [inst for inst, knobs in tiles.items() if knobs[0].n_levels == 4]
         reduction = [inst for inst, knobs in tiles.items() if knobs[0].n_levels == 2]
-        vector, rows = spatial[-1], [inst for inst in spatial[:-1] if tiles[inst][0].extent >= 4]
+        rows = [inst for inst in spatial[:-1] if tiles[inst][0].extent >= 4]
         if not rows:
             return []
+        vector, row = spatial[-1], rows[-1]
+        n_cols, n_rows = tiles[vector][0].extent, tiles[row][0].extent
+        base = {inst: [1, 1, 1] for inst in spatial}  # factors of levels 1..3; level 0 takes the rest
+        for i, inst in enumerate(reduction):  # level 1: REDUCTION_STEP on the innermost reduction, 1 on the others
+            base[inst] = [_below(tiles[inst][0].extent, REDUCTION_STEP) if i == len(reduction) - 1 else 1]
         out: list[dict[str, Any]] = []
         for r, c in REGISTER_TILES[:n]:
-            factors: dict[Any, list[int]] = {inst: [1, 1, 1] for inst in spatial}  # levels 1..3; level 0 the rest
-            n_cols = tiles[vector][0].extent
-            width = _below(n_cols, c * lanes)
-            factors[vector] = [_below(n_cols // width, PANEL_COLUMNS // width), 1, width]
-            m = tiles[rows[-1]][0].extent
-            row_tile = _below(m, r)
-            factors[rows[-1]] = [m // row_tile, row_tile, 1]  # rows at level 1: column panels outermost
-            for i, inst in enumerate(reduction):
-                factors[inst] = [_below(tiles[inst][0].extent, REDUCTION_STEP) if i == len(reduction) - 1 else 1]
+            width, row_tile = _below(n_cols, c * lanes), _below(n_rows, r)
+            factors = {**base, vector: [_below(n_cols // width, PANEL_COLUMNS // width), 1, width],
+                       row: [n_rows // row_tile, row_tile, 1]}  # rows at level 1: column panels outermost
             params = space.default_params(design)
             for inst, knobs in tiles.items():
                 for knob in knobs:
                     level = int(knob.name.rsplit("tile", 1)[1])
                     params[knob.name] = divisors(knob.extent).index(factors[inst][level - 1])
             for knob in space.categorical_knobs(design):
-                params[knob.name] = knob.choices.index(UNROLL) if UNROLL in knob.choices else params[knob.name]
+                if UNROLL in knob.choices:
+                    params[knob.name] = knob.choices.index(UNROLL)
             if params not in out:
                 out.append(params)
         return out
     return []
 
 
-def _float32_output(space: TraceSearchSpace) -> bool:
+def _all_float32(space: TraceSearchSpace) -> bool:
     """Every buffer of the (single) function is float32."""
     funcs = list(space.mod.functions.values())
     return len(funcs) == 1 and all(dtype == "float32" for _, dtype in arg_specs(funcs[0]))
