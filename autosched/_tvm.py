@@ -174,13 +174,19 @@ def host_cpu() -> str:
 
 
 # CPUs whose LLVM feature sets, together, name every x86 instruction-set extension worth checking for
+PREFER_256 = "prefer-256-bit"  # LLVM's tuning flag of Intel's AVX-512 CPUs (host_features turns it off)
 _FEATURE_SOURCES = ("sapphirerapids", "graniterapids", "diamondrapids", "znver4", "znver5", "arrowlake")
 
 
 def host_features() -> list[str]:
     """``mattr`` additions ("+avx512bf16", ...): the instruction sets this CPU reports (/proc/cpuinfo) that
     LLVM's model of ``host_cpu()`` lacks. A virtual machine often shows a CPU model older than its features
-    (a Sapphire Rapids guest named "rocketlake": no AVX-512 BF16, VNNI-256 or AMX); empty elsewhere."""
+    (a Sapphire Rapids guest named "rocketlake": no AVX-512 BF16, VNNI-256 or AMX); empty elsewhere.
+
+    Plus ``-prefer-256-bit`` on an Intel CPU with AVX-512: LLVM's tuning for those (Skylake-SP to Granite Rapids)
+    prefers 256-bit vectors and splits each 512-bit vector a schedule asks for into two halves, so a kernel
+    vectorized at AVX-512's width (``llvm_vector_bits``: 16 float32 lanes) runs on ymm registers (the tuned
+    softmax 128x768 of the kernel benchmark: 96 us with the halves, 71 us on zmm, one thread)."""
     return list(_host_features(host_cpu()))
 
 
@@ -205,7 +211,9 @@ def _host_features(cpu: str) -> tuple[str, ...]:
     for other in _FEATURE_SOURCES:
         if codegen.llvm_is_valid_cpu(other, triple):
             known |= {str(f) for f in codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": other}))}
-    return tuple(f"+{f}" for f in sorted(known - have) if norm(f) in reported)
+    added = tuple(f"+{f}" for f in sorted(known - have) if norm(f) in reported)
+    full_width = ("-prefer-256-bit",) if PREFER_256 in have and "avx512f" in reported else ()
+    return added + full_width
 
 
 def llvm_cpus(triple: str) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autosched import targets
-from autosched._tvm import Target, host_cpu, host_features, tvm
+from autosched._tvm import Target, host_cpu, host_features, s_tir, te, tvm
 from autosched.errors import UserInputError
 from autosched.paths import data_dir
 from autosched.spaces.settings import settings_for
@@ -170,7 +171,23 @@ def test_the_host_target_has_every_instruction_set_the_cpu_reports():
                           ("avx512f", "avx512f"), ("avx2", "avx2"), ("fma", "fma")]:
         if flag in flags:
             assert feature in features, f"the CPU reports {flag} but the target lacks {feature}"
-    assert all(f.startswith("+") for f in host_features())
+    assert all(f.startswith("+") for f in host_features() if f != "-prefer-256-bit")
+
+
+def test_an_avx512_host_target_keeps_512_bit_vectors():
+    """LLVM tunes Intel's AVX-512 CPUs for 256-bit vectors and would split every 16-lane float32 vector of a
+    schedule in two; the host target turns that off."""
+    features = {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(make_target("llvm", 1))}
+    if "avx512f" not in features:
+        pytest.skip("no AVX-512 here")
+    assert "prefer-256-bit" not in features
+    add = te.placeholder((1024,), name="a")
+    out = te.compute((1024,), lambda i: add[i] * 2.0 + 1.0, name="out")
+    sch = s_tir.Schedule(te.create_prim_func([add, out]))
+    outer, inner = sch.split(sch.get_loops(sch.get_sblock("out"))[0], [None, 16])
+    sch.vectorize(inner)
+    asm = tvm.compile(sch.mod, target=make_target("llvm", 1)).mod.inspect_source("asm")
+    assert re.search(r"vfmadd\w*\s+[^\n]*%zmm", asm) and not re.search(r"vfmadd\w*\s+[^\n]*%ymm", asm)
 
 
 # --- where a target's kernels are measured ----------------------------------------------------------------------

@@ -281,13 +281,22 @@ class CompiledModel:
         per inference, ``repeat`` samples, with ``n_threads`` TVM (CPU) threads. A call from Python adds
         ``Caller``'s overhead (and, on a GPU, the copies in and out)."""
         set_num_threads(n_threads)
-        device = self.device
-        timer = self._vm().time_evaluator(self.entry, device, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
-        caller = self._caller()
-        args = [tvm.runtime.tensor(np.ascontiguousarray(a, s.dtype), device)
+        timer = self._vm().time_evaluator(self.entry, self.device, number=1, repeat=repeat,
+                                          min_repeat_ms=min_repeat_ms)
+        return list(timer(*self._device_args(arrays)).results)
+
+    def kernel_timer(self, arrays: list[np.ndarray]) -> Callable[[], float]:
+        """A callable that runs the model once on ``arrays`` and returns its kernels' own time in seconds (TVM's
+        timer, as ``time``): for timing the kernels in the same interleaved rounds as a Python call."""
+        timer = self._vm().time_evaluator(self.entry, self.device, number=1, repeat=1, min_repeat_ms=0)
+        args = self._device_args(arrays)
+        return lambda: timer(*args).mean
+
+    def _device_args(self, arrays: list[np.ndarray]) -> list[Any]:
+        """``arrays`` as tensors on the model's device, after the same checks as a call."""
+        self._caller()(arrays)
+        return [tvm.runtime.tensor(np.ascontiguousarray(a, s.dtype), self.device)
                 for s, a in zip(self.inputs, arrays, strict=True)]
-        caller(arrays)  # the same checks as a call
-        return list(timer(*args).results)
 
     def export_library(self, path: str | Path) -> Path:
         """Write ``path`` (a shared library) and ``path.json`` (inputs, target, schedule sources)."""

@@ -113,6 +113,8 @@ def test_without_records_groups_get_default_schedules_and_match_the_untuned_buil
     assert loaded.inputs == model.inputs and loaded.sources == compiled.sources
     np.testing.assert_array_equal(loaded(*inputs)[0], compiled(*inputs)[0])
     assert len(loaded.time(inputs, n_threads=1, repeat=2, min_repeat_ms=1)) == 2
+    kernel_time = loaded.kernel_timer(inputs)
+    assert all(0 < kernel_time() < 1.0 for _ in range(2))
 
 
 def test_records_for_another_cpu_are_not_applied(cpu_target):
