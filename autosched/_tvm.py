@@ -174,8 +174,8 @@ def host_cpu() -> str:
 
 
 # CPUs whose LLVM feature sets, together, name every x86 instruction-set extension worth checking for
-PREFER_256 = "prefer-256-bit"  # LLVM's tuning flag of Intel's AVX-512 CPUs (host_features turns it off)
 _FEATURE_SOURCES = ("sapphirerapids", "graniterapids", "diamondrapids", "znver4", "znver5", "arrowlake")
+PREFER_256 = "prefer-256-bit"  # LLVM's tuning flag of Intel's AVX-512 CPUs (host_features turns it off)
 
 
 def host_features() -> list[str]:
@@ -212,7 +212,7 @@ def _host_features(cpu: str) -> tuple[str, ...]:
         if codegen.llvm_is_valid_cpu(other, triple):
             known |= {str(f) for f in codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": other}))}
     added = tuple(f"+{f}" for f in sorted(known - have) if norm(f) in reported)
-    full_width = ("-prefer-256-bit",) if PREFER_256 in have and "avx512f" in reported else ()
+    full_width = (f"-{PREFER_256}",) if PREFER_256 in have and "avx512f" in reported else ()
     return added + full_width
 
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autosched import targets
-from autosched._tvm import Target, host_cpu, host_features, s_tir, te, tvm
+from autosched._tvm import PREFER_256, Target, host_cpu, host_features, s_tir, te, tvm
 from autosched.errors import UserInputError
 from autosched.paths import data_dir
 from autosched.spaces.settings import settings_for
@@ -171,7 +171,7 @@ def test_the_host_target_has_every_instruction_set_the_cpu_reports():
                           ("avx512f", "avx512f"), ("avx2", "avx2"), ("fma", "fma")]:
         if flag in flags:
             assert feature in features, f"the CPU reports {flag} but the target lacks {feature}"
-    assert all(f.startswith("+") for f in host_features() if f != "-prefer-256-bit")
+    assert all(f.startswith("+") for f in host_features() if f != f"-{PREFER_256}")
 
 
 def test_an_avx512_host_target_keeps_512_bit_vectors():
@@ -180,12 +180,11 @@ def test_an_avx512_host_target_keeps_512_bit_vectors():
     features = {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(make_target("llvm", 1))}
     if "avx512f" not in features:
         pytest.skip("no AVX-512 here")
-    assert "prefer-256-bit" not in features
+    assert PREFER_256 not in features
     add = te.placeholder((1024,), name="a")
     out = te.compute((1024,), lambda i: add[i] * 2.0 + 1.0, name="out")
     sch = s_tir.Schedule(te.create_prim_func([add, out]))
-    outer, inner = sch.split(sch.get_loops(sch.get_sblock("out"))[0], [None, 16])
-    sch.vectorize(inner)
+    sch.vectorize(sch.split(sch.get_loops(sch.get_sblock("out"))[0], [None, 16])[1])
     asm = tvm.compile(sch.mod, target=make_target("llvm", 1)).mod.inspect_source("asm")
     assert re.search(r"vfmadd\w*\s+[^\n]*%zmm", asm) and not re.search(r"vfmadd\w*\s+[^\n]*%ymm", asm)
 

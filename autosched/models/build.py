@@ -286,8 +286,8 @@ class CompiledModel:
         return list(timer(*self._device_args(arrays)).results)
 
     def kernel_timer(self, arrays: list[np.ndarray]) -> Callable[[], float]:
-        """A callable that runs the model once on ``arrays`` and returns its kernels' own time in seconds (TVM's
-        timer, as ``time``): for timing the kernels in the same interleaved rounds as a Python call."""
+        """A callable that runs the model on ``arrays`` and returns one sample of its kernels' own time in seconds
+        (TVM's timer, as ``time``): for timing the kernels in the same interleaved rounds as a Python call."""
         timer = self._vm().time_evaluator(self.entry, self.device, number=1, repeat=1, min_repeat_ms=0)
         args = self._device_args(arrays)
         return lambda: timer(*args).mean
