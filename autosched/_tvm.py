@@ -173,15 +173,39 @@ def host_cpu() -> str:
     return tvm.target.codegen.llvm_get_system_cpu()
 
 
-# CPUs whose LLVM feature sets, together, name every x86 instruction-set extension worth checking for
-_FEATURE_SOURCES = ("sapphirerapids", "graniterapids", "diamondrapids", "znver4", "znver5", "arrowlake")
 PREFER_256 = "prefer-256-bit"  # LLVM's tuning flag of Intel's AVX-512 CPUs (host_features turns it off)
 
 
+@functools.cache
+def host_isa() -> dict[str, bool]:
+    """This CPU's instruction-set extensions as LLVM reads them (cpuid, and the kernel's consent for the AVX-512 and
+    AMX register state): LLVM feature name -> present. Every x86 extension LLVM knows is named, present or not;
+    {} where LLVM cannot read the host."""
+    read = tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures", allow_missing=True)
+    try:
+        return {str(k): bool(v) for k, v in read().items()} if read is not None else {}
+    except (RuntimeError, ValueError):
+        return {}
+
+
+def cpu_features(target: Target) -> set[str]:
+    """The LLVM features of an LLVM target: its ``mcpu``'s, with its ``mattr`` added and removed."""
+    return {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target)}
+
+
+# x86 extensions whose instructions LLVM emits only where code calls their intrinsics by name (system, security,
+# cache-control and user-interrupt instructions): a kernel never has them, so their absence does not stop it here
+SYSTEM_FEATURES = frozenset(
+    "cldemote clflushopt clwb clzero cmpccxadd enqcmd fsgsbase hreset invpcid kl lwp movdir64b movdiri movrs mwaitx "
+    "pconfig pku prefetchi ptwrite raoint rdpid rdpru rdrnd rdseed rtm serialize sgx shstk tsxldtrk uintr usermsr "
+    "waitpkg wbnoinvd widekl xsave xsavec xsaveopt xsaves".split())
+
+
 def host_features() -> list[str]:
-    """``mattr`` additions ("+avx512bf16", ...): the instruction sets this CPU reports (/proc/cpuinfo) that
-    LLVM's model of ``host_cpu()`` lacks. A virtual machine often shows a CPU model older than its features
-    (a Sapphire Rapids guest named "rocketlake": no AVX-512 BF16, VNNI-256 or AMX); empty elsewhere.
+    """``mattr`` for this CPU's target: the instruction sets it has that LLVM's model of ``host_cpu()`` lacks ("+"),
+    and those the model has that it lacks ("-"). A virtual machine often shows a model unlike its features: a
+    Sapphire Rapids guest named "rocketlake" (no AVX-512 BF16, VNNI-256 or AMX in the model), an "emeraldrapids"
+    guest without AMX, AVX-512 BF16 or FP16 (code using them would die of SIGILL here); empty where they agree.
 
     Plus ``-prefer-256-bit`` on an Intel CPU with AVX-512: LLVM's tuning for those (Skylake-SP to Granite Rapids)
     prefers 256-bit vectors and splits each 512-bit vector a schedule asks for into two halves, so a kernel
@@ -192,28 +216,25 @@ def host_features() -> list[str]:
 
 @functools.cache
 def _host_features(cpu: str) -> tuple[str, ...]:
-    try:
-        with open("/proc/cpuinfo") as info:
-            flags_line = next((line for line in info if line.startswith("flags")), "")
-    except OSError:
-        return ()
     codegen = tvm.target.codegen
-
-    def norm(name: str) -> str:
-        return name.lower().replace("-", "").replace("_", "").replace(".", "")
-
-    reported = {norm(flag) for flag in flags_line.partition(":")[2].split()}
-    triple = str(codegen.llvm_get_system_triple())
-    if not reported or not triple.startswith("x86_64") or not codegen.llvm_is_valid_cpu(cpu, triple):
+    isa, triple = host_isa(), str(codegen.llvm_get_system_triple())
+    if not isa or not triple.startswith("x86_64") or not codegen.llvm_is_valid_cpu(cpu, triple):
         return ()
-    have = {str(f) for f in codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": cpu}))}
-    known: set[str] = set()
-    for other in _FEATURE_SOURCES:
-        if codegen.llvm_is_valid_cpu(other, triple):
-            known |= {str(f) for f in codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": other}))}
-    added = tuple(f"+{f}" for f in sorted(known - have) if norm(f) in reported)
-    full_width = (f"-{PREFER_256}",) if PREFER_256 in have and "avx512f" in reported else ()
-    return added + full_width
+    model = cpu_features(Target({"kind": "llvm", "mcpu": cpu}))
+    kernel_isa = sorted((f, on) for f, on in isa.items() if f not in SYSTEM_FEATURES)
+    added = [f"+{f}" for f, on in kernel_isa if on and f not in model]
+    removed = [f"-{f}" for f, on in kernel_isa if not on and f in model]
+    full_width = [f"-{PREFER_256}"] if PREFER_256 in model and isa.get("avx512f") else []
+    return tuple(added + removed + full_width)
+
+
+def missing_features(target: Target) -> list[str]:
+    """The instruction sets an LLVM target's kernels may use that this CPU lacks (``SYSTEM_FEATURES`` aside); []
+    for a GPU's target (what runs where, other architectures included, is ``targets.runs_here``)."""
+    if target.kind.name != "llvm":
+        return []
+    isa = host_isa()
+    return sorted(f for f in cpu_features(target) if isa.get(f) is False and f not in SYSTEM_FEATURES)
 
 
 def llvm_cpus(triple: str) -> list[str]:
@@ -250,8 +271,10 @@ def arg_specs(func: PrimFunc) -> list[tuple[tuple[int, ...], str]]:
 
 
 def llvm_vector_bits(target: Target) -> int:
-    """The widest vector register of an LLVM target's CPU (512 with AVX-512, 256 with AVX2, 128 on NEON)."""
-    return int(tvm.target.codegen.llvm_get_vector_width(target))
+    """The widest vector register of an LLVM target's CPU: 512 with AVX-512, 256 with AVX/AVX2, else 128 (SSE,
+    NEON). From the target's features (TVM's ``llvm_get_vector_width`` answers 512 for every x86 CPU)."""
+    features = cpu_features(target)
+    return 512 if "avx512f" in features else 256 if "avx" in features else 128
 
 
 def estimate_flops(mod: IRModule) -> float:
@@ -292,7 +315,8 @@ def mutate_graph_functions(mod: IRModule, mutator: Any, changed: Callable[[], bo
 __all__ = [
     "BufferLoad", "Call", "IRModule", "PrimFunc", "PopenPoolExecutor", "SAMPLE_KINDS", "Schedule", "ScheduleError",
     "TVM_VERSION", "Target", "Trace", "arg_specs", "as_python", "cpu_device", "cross_compiler",
-    "estimate_flops", "expr_dtype", "host_cpu", "install_fast_inspect", "llvm_cpus", "load_json", "map_calls", "ms",
+    "cpu_features", "estimate_flops", "expr_dtype", "host_cpu", "host_isa", "install_fast_inspect", "llvm_cpus",
+    "load_json", "map_calls", "missing_features", "ms",
     "mutate_graph_functions", "num_threads", "relax", "s_tir", "save_json", "set_num_threads", "structural_equal",
     "structural_hash", "te", "tirx", "topi", "tvm", "tvm_ffi",
 ]

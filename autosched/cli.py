@@ -35,6 +35,8 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", default="llvm", help="llvm (this CPU), aarch64[:MCPU], cuda, sm_80, cuda:sm_90, a TVM "
                    "tag (nvidia/nvidia-a100) or a JSON dict")
     p.add_argument("--trials", type=int, help="measured candidates per task, earlier runs included (64)")
+    # parse_duration refuses 0 (a tune needs time) with a UserInputError naming --time: argparse lets it through
+    # to main(), one line, exit 2, like its own errors (tests/test_cli_arguments.py checks every typed option)
     p.add_argument("--time", type=parse_duration, metavar="DURATION",
                    help="a model's wall-time budget (90s, 10m, 1.5h or seconds), baselines included; with --trials "
                         "it stops at whichever ends first, alone it lifts the trial limit")

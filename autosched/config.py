@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,12 +147,35 @@ def parse_tracker_address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def parse_duration(text: str) -> float:
-    """Seconds from ``90``, ``90s``, ``10m`` or ``1.5h``; anything else or a non-positive value: UserInputError."""
-    match = re.fullmatch(r"(\d+\.?\d*|\.\d+)([smh]?)", text.strip().lower())
-    seconds = float(match[1]) * _SECONDS_PER[match[2]] if match else 0.0
-    if not 0 < seconds < math.inf:
-        raise UserInputError(
-            f"--time {text!r}: give a positive duration such as 90s, 10m or 1.5h (a plain number is seconds)"
-        )
+def parse_duration(text: str, allow_zero: bool = False) -> float:
+    """Seconds from ``90``, ``90s``, ``10m`` or ``1.5h`` (and ``0`` with ``allow_zero``); anything else, or a
+    value not above 0 (below 0 with ``allow_zero``): UserInputError naming ``--time``."""
+    seconds = _duration_s(text, allow_zero)
+    if seconds is None:
+        raise UserInputError(f"--time {text!r}: {_duration_hint(allow_zero)}")
     return seconds
+
+
+def duration_type(allow_zero: bool = False) -> Callable[[str], float]:
+    """``parse_duration`` as an argparse ``type=``: a bad value raises ArgumentTypeError, which argparse reports
+    as its own error (``argument --time: ...``, then the parser's ``error()``) instead of a traceback."""
+
+    def duration(text: str) -> float:
+        seconds = _duration_s(text, allow_zero)
+        if seconds is None:
+            raise argparse.ArgumentTypeError(f"{text!r}: {_duration_hint(allow_zero)}")
+        return seconds
+
+    return duration
+
+
+def _duration_s(text: str, allow_zero: bool) -> float | None:
+    match = re.fullmatch(r"(\d+\.?\d*|\.\d+)([smh]?)", text.strip().lower())
+    seconds = float(match[1]) * _SECONDS_PER[match[2]] if match else math.nan
+    lowest_ok = 0 <= seconds if allow_zero else 0 < seconds
+    return seconds if lowest_ok and seconds < math.inf else None
+
+
+def _duration_hint(allow_zero: bool) -> str:
+    what = "0 or a positive duration" if allow_zero else "a positive duration"
+    return f"give {what} such as 90s, 10m or 1.5h (a plain number is seconds)"

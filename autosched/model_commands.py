@@ -18,23 +18,27 @@ from autosched.errors import UserInputError
 from autosched.progress import BAR, JSON, QUIET, emit, mode_of, progress_display, step
 
 
-def _model_target(args: argparse.Namespace, n_threads: int):
-    """The command's --target at ``n_threads`` threads, checked to run here (or on --rpc devices)."""
+def _model_target(args: argparse.Namespace, n_threads: int, runs_here: bool = True):
+    """The command's --target at ``n_threads`` threads, checked to run here (or on --rpc devices) unless the
+    command only builds for it (``runs_here=False``: compile, to deploy on another CPU)."""
     from autosched.targets import check_measurable
     from autosched.tasks import make_target
 
     for flag, value in (("--threads", n_threads), ("--repeat", getattr(args, "repeat", 1))):
         if value < 1:
             raise UserInputError(f"{flag} must be at least 1")
-    return check_measurable(make_target(args.target, n_threads), remote=bool(getattr(args, "rpc", None)))
+    target = make_target(args.target, n_threads)
+    if not runs_here and target.kind.name == "llvm":
+        return target
+    return check_measurable(target, remote=bool(getattr(args, "rpc", None)))
 
 
-def _load(args: argparse.Namespace, n_threads: int):
+def _load(args: argparse.Namespace, n_threads: int, runs_here: bool = True):
     """(model, target, fused module) from the command's MODEL, --input, --target and thread count."""
     from autosched.api import load_model
     from autosched.models.frontends import parse_input_shapes
 
-    target = _model_target(args, n_threads)
+    target = _model_target(args, n_threads, runs_here)
     shapes = parse_input_shapes(args.input)
     mode = mode_of(args)
     if hasattr(args.model, "mod"):  # --func's Model
@@ -292,11 +296,16 @@ def _warn_if_no_match(compiled, db, target) -> None:
         err.print(f"note: the database has no schedules tuned at {threads} thread(s) for {len(compiled.borrowed)} "
                   f"fusion group(s): using the ones tuned at {tuned_at} (tune with --threads {threads} to "
                   "tune for this setting)", style="yellow", highlight=False)
+    if compiled.foreign:
+        from autosched.models.foreign import Adopted
+
+        err.print(f"note: {Adopted(compiled.foreign, Counter()).summary()}, timed against their default and untuned "
+                  "builds (tune here to go further)", style="yellow", highlight=False)
     if compiled.skipped:
         err.print("note: records not applied: " + ", ".join(f"{n} {why}" for why, n in compiled.skipped.items())
                   + " (a schedule is only applied to the target and TVM release it was measured on)",
                   style="yellow", highlight=False)
-    if compiled.counts()["tuned"] or compiled.counts()["transferred"] or not db.tasks():
+    if compiled.counts()["tuned"] or compiled.counts()["transferred"] or compiled.foreign or not db.tasks():
         return
     others = {json.loads(t.target).get("num-cores") for t in db.tasks()}
     err.print(f"warning: none of the {len(db.tasks())} tasks in the database is for this target "
@@ -327,11 +336,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     _padding_needs_buckets(args)
     if getattr(args, "shape_buckets", None):
         return _compile_buckets_command(args)
-    model, target, fused = _load(args, args.threads)
+    db = _open_existing(args.db)
+    model, target, fused = _load(args, args.threads, runs_here=False)  # another CPU's build is fine: not run here
     output = Path(args.output)
     if output.is_dir():
         raise UserInputError(f"-o {output} is a folder: give a file path such as {output / (model.name + '.so')}")
-    db = _open_existing(args.db)
     compiled = _compile_showing_progress(model, target, db, fused)
     _warn_if_no_match(compiled, db, target)
     compiled.export_library(output)

@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from autosched._tvm import Target, cross_compiler, host_cpu, host_features, llvm_cpus, tvm
+from autosched._tvm import Target, cross_compiler, host_cpu, host_features, llvm_cpus, missing_features, tvm
 from autosched.errors import UserInputError
 
 TARGET_ALIASES = {"llvm": "llvm", "cpu": "llvm", "cuda": "nvidia/nvidia-h100", "gpu": "nvidia/nvidia-h100"}
@@ -92,6 +92,39 @@ def other_thread_counts(target: Target, known: Iterable[str]) -> list[tuple[Targ
     return [(Target({**mine, "num-cores": n}), n) for n in ordered]
 
 
+def other_cpus(target: Target, known: Iterable[str]) -> list[Target]:
+    """The other CPUs of the target's architecture among the ``known`` target JSONs (e.g. the database's tasks'),
+    each at its own thread count: those with the target's vector width first, then the nearest thread count.
+    Their schedules replay here (built for this CPU); whether they are fast here has to be measured."""
+    if target.kind.name != "llvm":
+        return []
+    from autosched._tvm import llvm_vector_bits
+
+    mine = json.loads(str(target))
+    mine.pop("num-cores", None)
+    found = []
+    for text in sorted(set(known)):
+        try:
+            theirs = json.loads(text)
+            other = Target(theirs)
+        except (ValueError, TypeError, RuntimeError):
+            continue
+        theirs.pop("num-cores", None)
+        if other.kind.name == "llvm" and theirs != mine and _triple_arch(other) == _triple_arch(target) \
+                and _known_cpu(other):
+            found.append(other)
+    bits, n = llvm_vector_bits(target), int(target.attrs.get("num-cores", 1))
+    return sorted(found, key=lambda t: (llvm_vector_bits(t) != bits, abs(int(t.attrs.get("num-cores", 1)) - n)))
+
+
+def _known_cpu(target: Target) -> bool:
+    """Whether LLVM knows the target's ``mcpu`` for its triple (this machine's where it names none): a target
+    tuned natively on another architecture names no triple either."""
+    codegen = tvm.target.codegen
+    triple = str(target.attrs.get("mtriple", "") or codegen.llvm_get_system_triple())
+    return bool(codegen.llvm_is_valid_cpu(str(target.attrs.get("mcpu", "generic")), triple))
+
+
 def cuda_arch_target(arch: str) -> Target:
     """A CUDA target for ``arch`` ('sm_80', 'sm_90a') with the limits of the tagged GPU of that architecture."""
     if arch not in CUDA_ARCH_TAGS and arch not in CUDA_ARCH_SPECIFIC:
@@ -161,11 +194,44 @@ def has_device(kind: str) -> bool:
 
 
 def runs_here(target: Target) -> bool:
-    """Whether this machine can run the target's code: an LLVM target for this machine's architecture, or a GPU
-    target where such a GPU is present."""
+    """Whether this machine can run the target's code: an LLVM target for this machine's architecture whose
+    instruction sets this CPU has (``missing_features``), or a GPU target where such a GPU is present. The one
+    rule for every execution on this machine: code built for a target that fails it is never run here."""
     if target.kind.name == "llvm":
-        return _is_host_arch(_triple_arch(target))
+        return _is_host_arch(_triple_arch(target)) and not missing_features(target)
     return has_device(device_kind(target))
+
+
+def why_not_here(target: Target) -> str:
+    """Why this machine cannot run the target's code, in words ('' where it can)."""
+    if runs_here(target):
+        return ""
+    if target.kind.name != "llvm":
+        return f"this machine has no {device_kind(target)} device"
+    if not _is_host_arch(_triple_arch(target)):
+        return f"this machine is not {target.attrs['mtriple']}"
+    return f"this CPU lacks {', '.join(missing_features(target))}"
+
+
+def require_runs_here(target: Target, what: str = "code built for it") -> None:
+    """A one-line UserInputError unless this machine can run the target's code (``runs_here``)."""
+    if reason := why_not_here(target):
+        raise UserInputError(f"{what} cannot run here ({reason}, which {_describe(target)} uses): run it on such a "
+                             "machine, or build with --target llvm for this one")
+
+
+def _describe(target: Target) -> str:
+    mcpu = target.attrs.get("mcpu", "")
+    return f"the target {target.kind.name}{' ' + str(mcpu) if mcpu else ''}"
+
+
+def host_execution_target(target: Target) -> Target:
+    """The target to build for where code must run on this machine (calibration, references): ``target`` itself
+    where it runs here, else this CPU's target at the same thread count."""
+    if target.kind.name == "llvm" and runs_here(target):
+        return target
+    n_threads = target.attrs.get("num-cores") if target.kind.name == "llvm" else None
+    return host_target(int(n_threads) if n_threads else None)
 
 
 def use_nvcc_without_nvrtc() -> None:
@@ -190,6 +256,10 @@ def check_measurable(target: Target, remote: bool = False) -> Target:
     if _triple_arch(target) and not _is_host_arch(_triple_arch(target)):
         raise UserInputError(f"this machine cannot run code for {target.attrs['mtriple']}: tune and run on such a "
                              "machine (cross-compiled measurement is not supported yet)")
+    if not remote and target.kind.name == "llvm" and not runs_here(target):
+        raise UserInputError(f"measuring for {_describe(target)} needs a CPU with {', '.join(missing_features(target))}"
+                             ", which this one lacks: tune on such a machine, through --rpc HOST:PORT --key KEY, or "
+                             "for --target llvm (this CPU)")
     if not remote and not runs_here(target):
         kind = device_kind(target)
         raise UserInputError(f"measuring on {kind} needs a {kind} device, and this machine has none: tune on a "

@@ -16,6 +16,65 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def nothing_runs_where_its_cpu_features_are_missing():
+    """Every test: code built for an LLVM target this CPU cannot run (``targets.runs_here``: another CPU's
+    instructions, AMX or AVX-512 FP16 on a machine without them) is never executed here. ``tvm.compile`` tags what it
+    returns; running such a build (its VM, its functions, its module's functions) fails the test with the reason,
+    where the CPU would kill pytest with SIGILL. Inspecting and exporting it stays allowed."""
+    from autosched._tvm import relax, tvm
+    from autosched.targets import why_not_here
+
+    compile_, vm_init, executable = tvm.compile, relax.VirtualMachine.__init__, tvm.runtime.Executable
+
+    def refuse(target) -> None:
+        pytest.fail(f"a test ran code built for {target} here, where {why_not_here(target)}: skip it on such a CPU "
+                    "(targets.runs_here), or build it for this one", pytrace=True)
+
+    def compile_and_tag(mod, target=None, *args, **kwargs):
+        built = compile_(mod, target, *args, **kwargs)
+        target = tvm.target.Target(target) if isinstance(target, str) else target
+        if isinstance(built, executable) and target is not None and target.kind.name == "llvm" \
+                and why_not_here(target):
+            built.mod = _Unrunnable(built.mod, lambda: refuse(target))
+            built._autosched_unrunnable = target
+        return built
+
+    def vm_checked(self, rt_mod, *args, **kwargs):
+        if (target := getattr(rt_mod, "_autosched_unrunnable", None)) is not None:
+            refuse(target)
+        return vm_init(self, rt_mod, *args, **kwargs)
+
+    original = (executable.__getitem__, executable.__call__)
+    executable.__getitem__ = lambda self, name: (_check(self, refuse), original[0](self, name))[1]
+    executable.__call__ = lambda self, *a, **k: (_check(self, refuse), original[1](self, *a, **k))[1]
+    tvm.compile, relax.VirtualMachine.__init__ = compile_and_tag, vm_checked
+    yield
+    tvm.compile, relax.VirtualMachine.__init__ = compile_, vm_init
+    executable.__getitem__, executable.__call__ = original
+
+
+def _check(built, refuse) -> None:
+    if (target := getattr(built, "_autosched_unrunnable", None)) is not None:
+        refuse(target)
+
+
+class _Unrunnable:
+    """A runtime module whose functions must not run here: looking one up fails; everything else passes through."""
+
+    def __init__(self, module, refuse):
+        self._module, self._refuse = module, refuse
+
+    def __getitem__(self, name):
+        self._refuse()
+
+    def get_function(self, *args, **kwargs):
+        self._refuse()
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+
 def _has_cuda_device() -> bool:
     from autosched.targets import has_device
 

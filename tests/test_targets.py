@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autosched import targets
-from autosched._tvm import PREFER_256, Target, host_cpu, host_features, s_tir, te, tvm
+from autosched._tvm import PREFER_256, Target, cpu_features, host_cpu, host_features, missing_features, s_tir, te, tvm
 from autosched.errors import UserInputError
 from autosched.paths import data_dir
 from autosched.spaces.settings import settings_for
@@ -23,6 +23,7 @@ from autosched.targets import (
     device_kind,
     export_compiler,
     has_device,
+    host_execution_target,
     make_target,
     runs_here,
     target_json,
@@ -171,7 +172,95 @@ def test_the_host_target_has_every_instruction_set_the_cpu_reports():
                           ("avx512f", "avx512f"), ("avx2", "avx2"), ("fma", "fma")]:
         if flag in flags:
             assert feature in features, f"the CPU reports {flag} but the target lacks {feature}"
-    assert all(f.startswith("+") for f in host_features() if f != f"-{PREFER_256}")
+    assert not missing_features(make_target("llvm", 1))  # and nothing it lacks
+
+
+# --- code built for a target runs only on a CPU with the target's instruction sets -----------------------------------
+# Every CPU the tests build for, and a target no CPU runs (AMD's XOP and Intel's AVX-512 FP16 never met)
+TEST_CPUS = ("sapphirerapids", "emeraldrapids", "skylake-avx512", "icelake-server", "znver3", "znver4", "znver5",
+             "x86-64-v3", "x86-64-v4")
+NO_CPU = '{"kind": "llvm", "mcpu": "x86-64", "mattr": ["+xop", "+avx512fp16"], "num-cores": 1}'
+# LLVM's feature -> the /proc/cpuinfo flag that says a CPU has it (a second opinion on LLVM's reading of cpuid)
+CPUINFO_FLAGS = {"avx2": "avx2", "fma": "fma", "avx512f": "avx512f", "avx512bw": "avx512bw",
+                 "avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16",
+                 "avxvnni": "avx_vnni", "amx-tile": "amx_tile", "sse4a": "sse4a", "xop": "xop"}
+x86_only = pytest.mark.skipif(not tvm.target.codegen.llvm_get_system_triple().startswith("x86_64"),
+                              reason="the CPUs named here are x86's; this machine is not")
+
+
+@x86_only
+@pytest.mark.parametrize("cpu", [*TEST_CPUS, "host"])
+def test_a_target_runs_here_only_where_this_cpu_has_its_instruction_sets(cpu):
+    try:
+        flags = set(next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split())
+    except (OSError, StopIteration):
+        pytest.skip("no /proc/cpuinfo flags here")
+    target = make_target("llvm", 1) if cpu == "host" else make_target(json.dumps({"kind": "llvm", "mcpu": cpu}))
+    lacking = {f for f, flag in CPUINFO_FLAGS.items() if f in cpu_features(target) and flag not in flags}
+    if lacking:
+        assert not runs_here(target) and lacking <= set(missing_features(target))
+    assert runs_here(target) == (not missing_features(target))
+    assert cpu != "host" or runs_here(target)
+    assert not runs_here(make_target(NO_CPU))
+
+
+@x86_only
+def test_a_build_for_a_cpu_this_one_is_not_is_refused_in_one_line_never_run(onnx_mlp):
+    from autosched.api import compile as compile_api
+
+    compiled = compile_api(onnx_mlp, make_target(NO_CPU))  # building for another CPU is fine (deployment)
+    with pytest.raises(UserInputError, match="this CPU lacks .*xop") as err:
+        compiled(*compiled_inputs(compiled))
+    assert "\n" not in str(err.value)
+    with pytest.raises(UserInputError, match="xop"):
+        check_measurable(make_target(NO_CPU))
+    assert target_json(host_execution_target(make_target(NO_CPU))) == target_json(make_target("llvm", 1))
+    here = make_target("llvm", 2)
+    assert host_execution_target(here) is here
+
+
+@x86_only
+def test_int8_calibration_for_another_cpu_runs_a_build_for_this_one(onnx_mlp):
+    """Calibration executes the float32 model: for another CPU's target it builds for this one (the test's guard,
+    tests/conftest.py, fails any test that runs a build this CPU cannot; the CPU itself would kill pytest)."""
+    from autosched.api import compile as compile_api
+
+    compiled = compile_api(onnx_mlp, make_target(NO_CPU), precision="int8")
+    assert compiled.precision == "int8" and compiled.precision_error is None  # measured where it runs
+
+
+@x86_only
+def test_the_guard_fails_a_test_that_runs_code_this_cpu_cannot():
+    a = te.placeholder((16,), name="a")
+    built = tvm.compile(te.create_prim_func([a, te.compute((16,), lambda i: a[i] + 1.0, name="b")]),
+                        target=make_target(NO_CPU))
+    assert "xop" in built.mod.inspect_source("ll") or built.mod.inspect_source("asm")  # inspecting is allowed
+    for run in (lambda: built["main"], lambda: built.mod["main"]):
+        with pytest.raises(pytest.fail.Exception, match="lacks"):
+            run()
+
+
+def compiled_inputs(compiled):
+    import numpy as np
+
+    return [np.zeros(spec.shape, spec.dtype) for spec in compiled.inputs]
+
+
+@pytest.fixture
+def onnx_mlp(tmp_path):
+    pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 32)).astype(np.float32) * 0.1, "W")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+                               helper.make_node("MatMul", ["r", "W2"], ["y"])], "mlp",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+                              [w, numpy_helper.from_array(np.ones((32, 8), np.float32) * 0.1, "W2")])
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    return str(path)
 
 
 def test_an_avx512_host_target_keeps_512_bit_vectors():

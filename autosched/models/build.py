@@ -38,7 +38,7 @@ from autosched.models.serving import Caller
 from autosched.records import Status
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
-from autosched.targets import device_of, other_thread_counts
+from autosched.targets import device_of, other_thread_counts, require_runs_here, runs_here
 from autosched.tasks import target_json, task_key
 
 log = logging.getLogger("autosched.build")
@@ -244,6 +244,7 @@ class CompiledModel:
     entry: str = "main"
     precision: str = "fp32"  # autosched.models.precision
     precision_error: float | None = None  # max relative error vs float32 on random inputs (low precision only)
+    foreign: dict[str, str] = field(default_factory=dict)  # fusion group -> the other CPU its schedule was tuned on
     _vm_cache: Any = field(default=None, init=False, repr=False, compare=False)
     _caller_cache: Caller | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -262,6 +263,9 @@ class CompiledModel:
 
     def _vm(self) -> Any:
         if self._vm_cache is None:
+            built_for = Target(json.loads(self.target))
+            if built_for.kind.name == "llvm":  # code for a CPU this one is not (SIGILL): one line instead
+                require_runs_here(built_for, "this build")
             self._vm_cache = relax.VirtualMachine(self.executable, self.device)
         return self._vm_cache
 
@@ -305,7 +309,7 @@ class CompiledModel:
         self.executable.export_library(str(path))
         meta = {"inputs": [[s.name, list(s.shape), s.dtype] for s in self.inputs], "target": self.target,
                 "sources": self.sources, "borrowed": self.borrowed, "entry": self.entry, "precision": self.precision,
-                "precision_error": self.precision_error}
+                "precision_error": self.precision_error, "foreign": self.foreign}
         Path(str(path) + ".json").write_text(json.dumps(meta, indent=1))
         return path
 
@@ -326,13 +330,21 @@ def compile_model(model: Model, target: Target, db: Database | None = None, defa
     scheduled, sources, borrowed, skipped = apply_database(
         fused, target, db, default_schedules, lambda done, total: say(f"schedules of {done}/{total} fusion groups"),
         donors)
+    foreign: dict[str, str] = {}
+    if db is not None and not is_gpu(target):  # records of other CPUs, for groups with none of this one's
+        from autosched.models.foreign import adopt_foreign_schedules
+
+        say("timing other CPUs' schedules here")
+        adopted = adopt_foreign_schedules(fused, scheduled, sources, target, db, settings_for(target).version,
+                                          (DEFAULT, UNSCHEDULED), lambda mod: default_schedule(mod, target))
+        foreign, skipped = adopted.taken, skipped + adopted.skipped
     say("TVM's build")
     final = run_passes(scheduled, target, FINISH_PASSES, model_name=model.name)
     if is_gpu(target):  # after the finish passes: any kernel they add is scheduled too
         final = dlight_schedules(final, target, sources)
     compiled = CompiledModel(_build(final, target, model.name, cuda_graph), model.inputs, target_json(target), sources,
-                             borrowed, skipped, model.entry, precision_of(model.mod))
-    if compiled.precision != "fp32":
+                             borrowed, skipped, model.entry, precision_of(model.mod), foreign=foreign)
+    if compiled.precision != "fp32" and runs_here(target):  # for another CPU: measured where it runs
         say("accuracy against float32")
         compiled.precision_error = precision_error(model, compiled, target)
     return compiled
@@ -393,7 +405,8 @@ def load_compiled(path: str | Path) -> CompiledModel:
     inputs = [InputSpec(name, tuple(shape), dtype) for name, shape, dtype in meta["inputs"]]
     return CompiledModel(_load_library(path, meta["target"]), inputs, meta["target"], meta.get("sources", {}),
                          meta.get("borrowed", {}), entry=meta.get("entry", "main"),
-                         precision=meta.get("precision", "fp32"), precision_error=meta.get("precision_error"))
+                         precision=meta.get("precision", "fp32"), precision_error=meta.get("precision_error"),
+                         foreign=meta.get("foreign", {}))
 
 
 def _load_library(path: Path, target: str) -> Any:

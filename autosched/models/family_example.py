@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -92,18 +92,47 @@ def prepare(example: Example, small: bool) -> Prepared:
     return Prepared(model, module, inputs, onnx_bytes)
 
 
-def parse_args(name: str, argv: list[str] | None = None) -> argparse.Namespace:
-    from autosched.config import parse_duration
+class ExampleParser(argparse.ArgumentParser):
+    """An example script's argument parser: a bad argument is one line on stderr (``prog: error: message``) and
+    exit code 2, as with the ``autosched`` command, without argparse's usage block."""
 
-    p = argparse.ArgumentParser(description=f"Tune, compile and check the {name} example.")
-    p.add_argument("--time", type=parse_duration, default=180.0,
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.splitlines())}\n")
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse ``type=`` for a count where 0 has a meaning (no limit, all cores): an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= 0")
+    return value
+
+
+def example_parser(name: str) -> ExampleParser:
+    """The arguments every family example takes (``--time 0``: no tuning, compile and time from the database)."""
+    from autosched.config import duration_type
+
+    p = ExampleParser(description=f"Tune, compile and check the {name} example.")
+    p.add_argument("--time", type=duration_type(allow_zero=True), default=180.0, metavar="DURATION",
                    help="tuning budget (default 3m; 90s, 10m, ...; 0: no tuning, compile from the database)")
-    p.add_argument("--trials", type=int, default=0, help="trials per task on average (default: as the time allows)")
-    p.add_argument("--threads", type=int, help="threads to tune and serve with (default: all cores)")
+    p.add_argument("--trials", type=non_negative_int, default=0,
+                   help="trials per task on average (default: as the time allows)")
+    p.add_argument("--threads", type=non_negative_int, help="threads to tune and serve with (default: all cores)")
     p.add_argument("--db", default=f"tuning_logs/example_{name}.db",
                    help="the tuning database (re-runs resume; a new one starts from the shipped log)")
     p.add_argument("--small", action="store_true", help="a smaller model (tests, quick looks)")
-    return p.parse_args(argv)
+    p.add_argument("--target", default="llvm",
+                   help="llvm (this CPU, default) or another CPU of this architecture that this one can run, e.g. "
+                        "'{\"kind\": \"llvm\", \"mcpu\": \"x86-64-v3\"}' (the AVX2 baseline the shipped logs have)")
+    return p
+
+
+def parse_args(name: str, argv: list[str] | None = None) -> argparse.Namespace:
+    """The example's arguments; a bad one: one line on stderr, exit code 2 (``ExampleParser``)."""
+    return example_parser(name).parse_args(argv)
 
 
 def export_onnx(module: Any, inputs: tuple, path: Path, input_names: list[str]) -> Path:
@@ -141,8 +170,14 @@ def run_example(name: str | Example, build: Build | None = None, input_names: li
 
     example = name if isinstance(name, Example) else Example(name, build, input_names, via)
     args = parse_args(example.name, argv)
+    from autosched.errors import UserInputError
+
     with native_output_to(default_log_path()) as log:  # TVM's C++ warnings to the log file, not the screen
-        times = _run(example, args, after)
+        try:
+            times = _run(example, args, after)
+        except UserInputError as err:  # a database that is not there, ...: one line, exit 2, as the CLI does
+            sys.stderr.write(f"{Path(sys.argv[0]).name}: error: {' '.join(str(err).splitlines())}\n")
+            raise SystemExit(2) from None
     if log.n_warnings:
         print(f"{log.n_warnings} warnings from TVM and the libraries went to {log.path}", file=sys.stderr)
     return times
@@ -155,6 +190,7 @@ def _run(example: Example, args: argparse.Namespace,
     import autosched
     from autosched.models.build import compile_unscheduled
     from autosched.models.reference import max_relative_error, onnxruntime_session
+    from autosched.targets import check_measurable
     from autosched.tasks import make_target
     from autosched.timing import time_interleaved
 
@@ -162,14 +198,19 @@ def _run(example: Example, args: argparse.Namespace,
     model, module, inputs = prepared.model, prepared.module, prepared.inputs
     arrays = [t.numpy() for t in inputs]
     config = autosched.TuneConfig(n_trials=args.trials, n_threads=args.threads, time_budget_s=args.time)
+    target = check_measurable(make_target(args.target, config.threads))
     start_from_shipped_log(example, args.db, args.small)
     if args.time or args.trials:
         start = time.perf_counter()
-        result = autosched.tune_model(model, db=args.db, config=config, on_progress=_progress())
+        result = autosched.tune_model(model, target, db=args.db, config=config, on_progress=_progress())
         print(f"{example.name}: {result.n_tasks} tasks ({result.n_tuned} tuned, {result.n_default} on default "
               f"schedules), {result.n_new} measurements in {time.perf_counter() - start:.0f} s", flush=True)
 
-    compiled = autosched.compile(model, db=args.db, n_threads=config.threads)
+    compiled = autosched.compile(model, target, db=args.db, n_threads=config.threads)
+    if compiled.foreign or compiled.skipped:
+        from autosched.models.foreign import Adopted
+
+        print(f"{example.name}: {Adopted(compiled.foreign, compiled.skipped).summary()}", flush=True)
     untuned = compile_unscheduled(model, make_target("llvm", config.threads))
     with torch.no_grad():
         want = [o.numpy() for o in _outputs(module(*inputs))]

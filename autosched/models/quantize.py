@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from autosched._tvm import IRModule, cpu_device, mutate_graph_functions, relax, tvm
+from autosched._tvm import IRModule, Target, cpu_device, mutate_graph_functions, relax, tvm
 from autosched.models.precision import LOW_PRECISION_OPS, final_products, output_channel_axes, remake_product, rescaled
 
 N_CALIBRATION = 8
@@ -57,9 +57,12 @@ def _random_inputs(func: relax.Function, seed: int) -> list[np.ndarray]:
     return out
 
 
-def calibrate(mod: IRModule, target: Any, entry: str = "main", seed: int = 0) -> list[float]:
+def calibrate(mod: IRModule, target: Target, entry: str = "main", seed: int = 0) -> list[float]:
     """max |activation| of every candidate product of ``entry`` over ``N_CALIBRATION`` random inputs, from an
-    untuned float32 build that returns those activations."""
+    untuned float32 build that returns those activations, made for this CPU (``target``'s own where it runs here:
+    a build for another CPU may use instructions this one lacks)."""
+    from autosched.targets import host_execution_target
+
     func = relax.transform.ToNonDataflow()(mod)[entry]
     activations = [call.args[0] for call in _candidates(func)]
     if not activations:
@@ -69,7 +72,7 @@ def calibrate(mod: IRModule, target: Any, entry: str = "main", seed: int = 0) ->
                            relax.TupleType([a.ty for a in activations]))
     probe_mod = IRModule({gv: f for gv, f in mod.functions_items() if gv.name_hint != entry})
     probe_mod["main"] = probe
-    built = tvm.compile(relax.transform.LegalizeOps()(probe_mod), target=target)
+    built = tvm.compile(relax.transform.LegalizeOps()(probe_mod), target=host_execution_target(target))
     vm = relax.VirtualMachine(built, cpu_device())
     peaks = np.zeros(len(activations))
     for i in range(N_CALIBRATION):

@@ -274,16 +274,20 @@ def share_sibling_bests(task: Task, strategies: dict, tasks: dict[str, Task], db
 
 
 def start_from_other_thread_counts(task: Task, strategy, db: Database, k: int = 4) -> int:
-    """The same task tuned for this CPU at another thread count (a model tuned at 2 threads, now at 1): the ``k``
-    best schedules of the nearest such count are valid here (only their parallel split was tuned for another
-    count), so they are queued as this search's first candidates. Returns how many were queued."""
-    from autosched.targets import other_thread_counts
+    """The same task tuned for this CPU at another thread count (a model tuned at 2 threads, now at 1), else on
+    another CPU of this architecture (a shipped log): the ``k`` best schedules of the nearest such target replay
+    here (only their parallel split, tiles or vector width were tuned for another), so they are queued as this
+    search's first candidates, measured here like any other. Returns how many were queued."""
+    from autosched.targets import other_cpus, other_thread_counts
     from autosched.tasks import task_key
 
-    others = other_thread_counts(task.target, [row.target for row in db.tasks()])
-    for other_target, _ in others[:1]:
+    known = [row.target for row in db.tasks()]
+    others = [t for t, _ in other_thread_counts(task.target, known)] + other_cpus(task.target, known)
+    for other_target in others:
         records = [r for r in db.records(task_key(task.mod, other_target, task.space_version))
                    if r.status is Status.OK and r.trace_json is not None]
+        if not records:
+            continue
         best = sorted(records, key=lambda r: r.latency_s)[:k]
         fitted = [p for p in (strategy.fitted(r.params) for r in best) if p is not None]
         for params in fitted:

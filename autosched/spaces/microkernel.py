@@ -23,6 +23,13 @@ from autosched._tvm import arg_specs
 from autosched.spaces.trace_space import TraceSearchSpace, divisors
 
 REGISTER_TILES = ((12, 2), (6, 4), (8, 2), (14, 2))  # (rows, vectors of columns): 24, 24, 16, 28 accumulators
+# AVX2 and SSE have 16 vector registers, not AVX-512's 32: 12 accumulators at most (BLIS's Haswell kernel is 6 x 2)
+REGISTER_TILES_16 = ((6, 2), (4, 3), (3, 4), (8, 1))
+
+
+def register_tiles(vector_bits: int) -> tuple[tuple[int, int], ...]:
+    """The (rows, vectors of columns) tiles for a CPU whose widest vectors have ``vector_bits``."""
+    return REGISTER_TILES if vector_bits >= 512 else REGISTER_TILES_16
 PANEL_COLUMNS = 192  # output columns of one parallel chunk (12 float32 vectors on AVX-512)
 REDUCTION_STEP = 3  # reduction iterations unrolled inside the register tile
 UNROLL = 512  # the deepest explicit unroll of parallel_vectorize_unroll
@@ -33,10 +40,12 @@ def _below(extent: int, want: int) -> int:
     return max(d for d in divisors(extent) if d <= max(want, 1))
 
 
-def microkernel_params(space: TraceSearchSpace, vector_bits: int, n: int = len(REGISTER_TILES)) -> list[dict[str, Any]]:
+def microkernel_params(space: TraceSearchSpace, vector_bits: int,
+                       n: int = len(REGISTER_TILES)) -> list[dict[str, Any]]:
     """Up to ``n`` settings of the space's first multi-level-tiled design (spatial tilings at four levels, reduction
-    tilings at two), one per register tile of ``REGISTER_TILES``: the last spatial axis is the vector axis, the last
-    other spatial axis of at least 4 holds the rows. [] where the function is not all float32 or has no such design."""
+    tilings at two), one per register tile of ``register_tiles(vector_bits)``: the last spatial axis is the vector
+    axis, the last other spatial axis of at least 4 holds the rows. [] where the function is not all float32 or has
+    no such design."""
     if not _all_float32(space):
         return []
     lanes = max(vector_bits // 32, 1)
@@ -56,7 +65,7 @@ def microkernel_params(space: TraceSearchSpace, vector_bits: int, n: int = len(R
         for i, inst in enumerate(reduction):  # level 1: REDUCTION_STEP on the innermost reduction, 1 on the others
             base[inst] = [_below(tiles[inst][0].extent, REDUCTION_STEP) if i == len(reduction) - 1 else 1]
         out: list[dict[str, Any]] = []
-        for r, c in REGISTER_TILES[:n]:
+        for r, c in register_tiles(vector_bits)[:n]:
             width, row_tile = _below(n_cols, c * lanes), _below(n_rows, r)
             factors = {**base, vector: [_below(n_cols // width, PANEL_COLUMNS // width), 1, width],
                        row: [n_rows // row_tile, row_tile, 1]}  # rows at level 1: column panels outermost

@@ -9,7 +9,6 @@ there on this is exactly what you do with your own file (`autosched tune your.on
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from pathlib import Path
 
@@ -17,11 +16,12 @@ import numpy as np
 
 import autosched
 from autosched.models import zoo
+from autosched.models.family_example import ExampleParser
 from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = ExampleParser()  # a bad argument: one line on stderr, exit code 2
     p.add_argument("--model", default="resnet18", choices=zoo.ZOO)
     p.add_argument("--trials", type=int, default=64, help="trials per task, on average")
     p.add_argument("--threads", type=int, default=1)

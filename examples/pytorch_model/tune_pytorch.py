@@ -6,17 +6,16 @@
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import torch
 
 import autosched
 from autosched.models import zoo
+from autosched.models.family_example import ExampleParser
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = ExampleParser()  # a bad argument: one line on stderr, exit code 2
     p.add_argument("--model", default="bert", choices=zoo.ZOO)
     p.add_argument("--trials", type=int, default=64, help="trials per task, on average")
     p.add_argument("--threads", type=int, default=1)

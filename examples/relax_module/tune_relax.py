@@ -6,12 +6,11 @@
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
 import autosched
 from autosched._tvm import relax, tvm
+from autosched.models.family_example import ExampleParser
 
 
 def build_module(batch: int, seed: int = 0):
@@ -32,7 +31,7 @@ def build_module(batch: int, seed: int = 0):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = ExampleParser()  # a bad argument: one line on stderr, exit code 2
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--trials", type=int, default=64, help="trials per task, on average")
     p.add_argument("--threads", type=int, default=1)

@@ -6,16 +6,15 @@
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
 import autosched
 from autosched._tvm import cpu_device, tvm
+from autosched.models.family_example import ExampleParser
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = ExampleParser()  # a bad argument: one line on stderr, exit code 2
     p.add_argument("--size", type=int, default=512)
     p.add_argument("--trials", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)

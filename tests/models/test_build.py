@@ -117,16 +117,20 @@ def test_without_records_groups_get_default_schedules_and_match_the_untuned_buil
     assert all(0 < kernel_time() < 1.0 for _ in range(2))
 
 
-def test_records_for_another_cpu_are_not_applied(cpu_target):
+def test_records_for_another_cpu_are_applied_only_where_they_measure_faster_here(cpu_target):
+    from autosched.models.foreign import FOREIGN, NOT_FASTER
     from autosched.tasks import make_target
 
     model = load_model(conv_bn_relu()[0])
     db = MemoryDatabase()
-    record_one_schedule_per_task(model, make_target('{"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 1}'),
-                                 db)
+    tasks = record_one_schedule_per_task(model, make_target('{"kind": "llvm", "mcpu": "skylake", "num-cores": 1}'),
+                                         db)
     compiled = compile_model(model, cpu_target, db)
-    assert set(compiled.sources.values()) == {DEFAULT} and compiled.borrowed == {}
-    assert compiled.skipped == {OTHER_TARGET: len(db.records())}  # skipped, and counted for the user
+    assert set(compiled.sources.values()) <= {DEFAULT, FOREIGN} and compiled.borrowed == {}
+    assert set(compiled.foreign.values()) <= {"skylake"}
+    # each task: its record was timed here against the default and untuned builds, then taken or counted
+    assert len(compiled.foreign) + compiled.skipped.get(NOT_FASTER, 0) == len(tasks)
+    assert compiled.skipped[OTHER_TARGET] == len(db.records())
 
 
 def test_records_of_another_tvm_release_are_skipped_and_counted(cpu_target):

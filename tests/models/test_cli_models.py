@@ -180,3 +180,28 @@ def test_a_real_time_budget_stops_on_time_with_the_measurements_saved(tmp_path):
     records = [r for r in open_database(str(db), create=False).records() if r.status is not Status.INVALID]
     assert n_new > 0 and len(records) == 2 + n_new  # the two baselines and every search trial are saved
     assert {json.loads(r.target)["num-cores"] for r in records} == {1}
+
+
+NO_CPU = '{"kind": "llvm", "mcpu": "x86-64", "mattr": ["+xop", "+avx512fp16"]}'  # XOP and AVX-512 FP16: no CPU
+
+
+def test_compiling_int8_for_another_cpu_builds_here_and_runs_nothing_built_for_it(onnx_file, tmp_path, capsys):
+    """Issue 51: calibration ran the other CPU's build here (SIGILL, exit 132). Now it builds for this CPU, the
+    library for the other one is written, and running it here is one line, exit 2."""
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the target is an x86 CPU")
+    path = onnx_file(mlp(batch=4, d_in=32, hidden=64), "mlp.onnx")
+    db, lib = tmp_path / "t.db", tmp_path / "mlp.so"
+    assert main(["compile", str(path), "--target", NO_CPU, "--precision", "int8", "--db", str(db), "-o",
+                 str(lib)]) == 2  # the database is checked first
+    assert "does not exist" in capsys.readouterr().err and not lib.exists()
+    open_database(str(db)).close()
+    assert main(["compile", str(path), "--target", NO_CPU, "--precision", "int8", "--db", str(db), "-o",
+                 str(lib)]) == 0
+    assert lib.exists() and json.loads((tmp_path / "mlp.so.json").read_text())["precision"] == "int8"
+    capsys.readouterr()
+    assert main(["run", str(path), "--target", NO_CPU, "--db", str(db)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "xop" in err and len(err.splitlines()) == 1

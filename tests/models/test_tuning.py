@@ -258,6 +258,34 @@ def test_a_task_tuned_at_another_thread_count_starts_from_its_best_schedules():
     assert [c.params for c in search.ask(3)] == [search.fitted(p) for p in best_first]
 
 
+def test_a_task_tuned_on_another_cpu_starts_from_its_best_schedules():
+    """A shipped log of another CPU of this architecture (here: Haswell, 1 thread; tuning here at 2): its best
+    schedules are this search's first candidates, measured here like any other."""
+    import optuna
+
+    from autosched.db import TaskRow
+    from autosched.models.tuning import start_from_other_thread_counts
+    from autosched.search.optuna_strategy import OptunaStrategy
+    from autosched.spaces.trace_space import TraceSearchSpace
+    from autosched.tasks import make_target
+    from autosched.tune import to_record
+
+    def strategy(task, seed):
+        space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=seed)
+        return OptunaStrategy(space, task.key, optuna.storages.InMemoryStorage(), "random", seed)
+
+    here, haswell = make_target("llvm", 2), make_target('{"kind": "llvm", "mcpu": "haswell", "num-cores": 1}')
+    mine, theirs = (op_task("matmul", (32, 32, 32), t, settings_for(t).version) for t in (here, haswell))
+    db = MemoryDatabase()
+    tuned = strategy(theirs, 0).ask(4)
+    db.commit_task(TaskRow(theirs.key, theirs.name, theirs.target_json, theirs.space_version, "{}", theirs.flops, {}))
+    db.commit([to_record(theirs, c, MeasureResult(Status.OK, [s]))
+               for c, s in zip(tuned, [4e-3, 1e-3, 3e-3, 2e-3], strict=True)])
+    search = strategy(mine, 1)
+    assert start_from_other_thread_counts(mine, search, db, k=2) == 2
+    assert [c.params for c in search.ask(2)] == [search.fitted(tuned[i].params) for i in (1, 3)]
+
+
 def test_a_task_starts_from_the_refitted_best_schedules_of_tasks_like_it():
     """A matmul of 40 rows searched after matmuls of 64 and 512 rows (same designs, other sizes): the best
     schedule of the nearest in FLOPs (64 rows), refitted, is its first candidate; a softmax (no design in common)

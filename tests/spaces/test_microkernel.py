@@ -5,7 +5,7 @@ import re
 import pytest
 
 from autosched._tvm import llvm_vector_bits
-from autosched.spaces.microkernel import REGISTER_TILES, microkernel_params
+from autosched.spaces.microkernel import REGISTER_TILES, microkernel_params, register_tiles
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
 from autosched.targets import make_target
@@ -21,8 +21,10 @@ def _innermost_vector_extent(script: str) -> set[int]:
     return {int(a or b) for a, b in re.findall(r"T\.vectorized\(T\.int64\((\d+)\)\)|T\.vectorized\((\d+)\)", script)}
 
 
-@pytest.mark.parametrize("bits,widths", [(512, {32, 64}), (256, {16, 32})])
+@pytest.mark.parametrize("bits,widths", [(512, {32, 64}), (256, {8, 16, 32})])
 def test_matmul_seeds_are_legal_and_hold_the_register_tiles(bits, widths, cpu_target):
+    """16 lanes x (2, 4) vectors with AVX-512's 32 registers; 8 lanes x (1, 2, 3 -> 2, 4) with AVX2's 16 (256
+    columns: no 24)."""
     space = _space("dense", (120, 256, 384), cpu_target)
     seeds = microkernel_params(space, bits)
     assert 1 <= len(seeds) <= len(REGISTER_TILES)
@@ -30,10 +32,11 @@ def test_matmul_seeds_are_legal_and_hold_the_register_tiles(bits, widths, cpu_ta
     found: set[int] = set()
     for params in seeds:
         script = space.apply(params).mod.script()  # legal: the postprocessors accept it
-        found |= _innermost_vector_extent(script) & widths
+        found |= _innermost_vector_extent(script) & {8, 16, 24, 32, 64}
         (unroll,) = [k for k in space.categorical_knobs(params["design"]) if 512 in k.choices]
         assert unroll.choices[params[unroll.name]] == 512
-    assert found == widths  # c vectors of bits/32 float32 lanes: 2 and 4 vectors
+    assert found == widths  # c vectors of bits/32 float32 lanes
+    assert all(r * c <= (28 if bits == 512 else 12) for r, c in register_tiles(bits))  # accumulators fit
 
 
 def test_conv_seeds_vectorise_the_output_s_last_axis(cpu_target):
@@ -51,5 +54,9 @@ def test_no_seeds_where_there_is_no_tiled_float32_block(cpu_target):
     assert microkernel_params(_space("dense", (120, 256, 384), cpu_target), 512, n=0) == []
 
 
-def test_the_host_vector_width_is_read_from_llvm():
-    assert llvm_vector_bits(make_target("llvm", 1)) in (128, 256, 512)
+@pytest.mark.parametrize("cpu, bits", [("x86-64", 128), ("x86-64-v3", 256), ("znver3", 256), ("skylake-avx512", 512),
+                                       ("znver5", 512), ("emeraldrapids", 512)])
+def test_the_vector_width_is_the_target_cpu_s_own(cpu, bits):
+    """From the target's instruction sets, not the machine's (TVM's own query answers 512 for every x86 CPU)."""
+    assert llvm_vector_bits(make_target(f'{{"kind": "llvm", "mcpu": "{cpu}"}}')) == bits
+    assert llvm_vector_bits(make_target("aarch64")) == 128

@@ -10,8 +10,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from autosched._tvm import Target, cpu_device, host_cpu, tvm
+from autosched._tvm import Target, cpu_device, tvm
 from autosched.spaces.x86_lowp import packed_dense, register_lowp_intrins, tensorized_dense
+from autosched.targets import make_target
 
 M, N, K = 16, 64, 128  # divisible by every tile of tensorized_dense (4 x 4 grid, 16-deep k)
 INTRINS = register_lowp_intrins()
@@ -46,7 +47,7 @@ def test_the_portable_twin_computes_the_dense_on_this_cpu(kind):
     a, b, want, kk, out_dtype = _data(kind, np.random.default_rng(0))
     packed = np.ascontiguousarray(b.reshape(N // 16, 16, K // kk, kk).transpose(0, 2, 1, 3))
     sch = tensorized_dense(packed_dense(M, N, K, kind), INTRINS[f"{kind}_ref"], kk)
-    lib = tvm.compile(sch.mod, target=Target({"kind": "llvm", "mcpu": host_cpu(), "num-cores": 1}))
+    lib = tvm.compile(sch.mod, target=make_target("llvm", 1))  # this CPU: its features, less what it lacks
     dev = cpu_device()
     args = [tvm.runtime.tensor(a, dev), tvm.runtime.tensor(packed, dev), tvm.runtime.empty((M, N), out_dtype, dev)]
     lib["main"](*args)

@@ -1,0 +1,153 @@
+"""Records tuned on another CPU of this architecture (a shipped log, a database tuned elsewhere): used here only
+where they measure faster here.
+
+A record's schedule is a trace, not code: replayed on this machine's fusion group and built for this CPU's target,
+it runs here whatever CPU it was tuned on. Whether it is any good here is another matter (its tiles were chosen for
+another cache and vector width), so ``adopt_foreign_schedules`` times each such schedule beside what the group would
+get without it (its default schedule, and the untuned build) on this CPU, checks its outputs against the untuned
+build's, and keeps the fastest. Schedules that do not replay here, or that call tensor intrinsics of a CPU this one is
+not (``Tensorize`` in the trace), are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autosched._tvm import IRModule, Target, cpu_device, save_json, set_num_threads, tvm
+from autosched.apply import schedule_from_record
+from autosched.db import Database
+from autosched.measure import worker
+from autosched.models.graph import fusion_groups, group_module, ungroup
+from autosched.records import Status, TuningRecord
+from autosched.targets import other_cpus, runs_here, target_json
+from autosched.tasks import task_key
+
+log = logging.getLogger("autosched.foreign")
+
+FOREIGN = "other CPU"  # a group's source: the best record of another CPU, faster here than what it had
+NO_INTRINSICS = "tuned with tensor intrinsics of a CPU this one is not"
+NOT_FASTER = "of another CPU, slower here than the group's default or untuned build"
+N_REPEAT = 5
+MIN_REPEAT_MS = 10
+
+
+@dataclass
+class Adopted:
+    """What ``adopt_foreign_schedules`` did: group -> the CPU (``mcpu``) whose record it took, why others were not
+    taken -> how many groups."""
+
+    taken: dict[str, str]
+    skipped: Counter
+
+    def summary(self) -> str:
+        """One line: how many groups came from which CPU, and what was left out."""
+        by_cpu = Counter(self.taken.values())
+        line = ", ".join(f"{n} fusion group(s) from records tuned on {cpu}" for cpu, n in sorted(by_cpu.items()))
+        rest = ", ".join(f"{n} {why}" for why, n in self.skipped.items())
+        return "; ".join(part for part in (line and f"{line} (measured faster here)", rest and f"not taken: {rest}")
+                         if part)
+
+
+def foreign_record(db: Database, mod: IRModule, donors: list[Target], space_version: int
+                   ) -> tuple[TuningRecord, Target] | None:
+    """The best scheduled record of the first CPU of ``donors`` that tuned this group, and that CPU's target."""
+    for donor in donors:
+        best = db.best(task_key(mod, donor, space_version), target_json(donor))
+        if best is not None and best.status is Status.OK and best.trace_json is not None:
+            return best, donor
+    return None
+
+
+def adopt_foreign_schedules(fused: IRModule, scheduled: IRModule, sources: dict[str, str], target: Target,
+                            db: Database | None, space_version: int, replaceable: tuple[str, ...],
+                            default_of: Callable[[IRModule], Any]) -> Adopted:
+    """For every group of ``fused`` whose source is one of ``replaceable`` (it has no record for this CPU) and that
+    another CPU of this architecture tuned: that CPU's best schedule replaces the group's function in
+    ``scheduled`` (and its source becomes ``FOREIGN``) where it measures faster here than both the group's
+    default schedule (``default_of(mod)``, a Schedule or None) and its untuned build, outputs checked."""
+    adopted = Adopted({}, Counter())
+    donors = other_cpus(target, [row.target for row in db.tasks()]) if db is not None else []
+    if not donors or not runs_here(target):
+        return adopted
+    set_num_threads(int(target.attrs.get("num-cores", 1)))
+    for group in fusion_groups(fused):
+        if sources.get(group.name) not in replaceable:
+            continue
+        mod = group_module(group.func)
+        found = foreign_record(db, mod, donors, space_version)
+        if found is None:
+            continue
+        record, donor = found
+        if '"Tensorize"' in json.dumps(record.trace_json) and not runs_here(donor):
+            adopted.skipped[NO_INTRINSICS] += 1
+            continue
+        try:
+            theirs = schedule_from_record(mod, record).mod
+        except (RuntimeError, ValueError) as err:  # TVM's ScheduleError is a RuntimeError
+            log.info("record of %s on %s does not replay here: %s", group.name, donor, str(err)[:200])
+            adopted.skipped["that do not replay on this model's groups"] += 1
+            continue
+        default = default_of(mod)
+        variants = {"untuned": mod, FOREIGN: theirs, **({"default": default.mod} if default is not None else {})}
+        times = time_here(variants, target, group.n_outputs)
+        if times.get(FOREIGN) is None or times[FOREIGN] >= min(t for k, t in times.items() if k != FOREIGN and t):
+            adopted.skipped[NOT_FASTER] += 1
+            continue
+        scheduled[scheduled.get_global_var(group.name)] = ungroup(theirs["main"])
+        sources[group.name] = FOREIGN
+        adopted.taken[group.name] = str(donor.attrs.get("mcpu", donor.kind.name))
+    return adopted
+
+
+def time_here(variants: dict[str, IRModule], target: Target, n_outputs: int = 1) -> dict[str, float | None]:
+    """Median seconds of each variant of one group (``"untuned"`` first: the reference), built for ``target`` and
+    run on this CPU; None for one that fails to build, to run, or to match the untuned build's outputs."""
+    out: dict[str, float | None] = {}
+    with tempfile.TemporaryDirectory(prefix="autosched-foreign-") as tmp:
+        io: dict[str, Any] | None = None
+        for name, mod in variants.items():
+            path = os.path.join(tmp, f"{len(out)}.so")
+            try:
+                worker.build(save_json(mod), target_json(target), path)
+                lib = tvm.runtime.load_module(path)
+                if io is None:
+                    io = _reference_io(lib, mod, path, n_outputs)
+                result = worker.measure(lib, cpu_device(), io, n_outputs, worker._timed_spec(path), N_REPEAT,
+                                        MIN_REPEAT_MS, 1e-3, 1e-4)
+            except Exception as err:  # noqa: BLE001 - TVM's build and run errors: this variant does not count
+                log.info("%s does not build or run here: %s", name, str(err).splitlines()[0][:200] if str(err) else err)
+                out[name] = None
+                continue
+            ok = result["status"] == "OK" and result["latencies_s"]
+            out[name] = float(np.median(result["latencies_s"])) if ok else None
+    return out
+
+
+def _reference_io(lib: Any, mod: IRModule, path: str, n_outputs: int) -> dict[str, Any]:
+    """Random inputs (integers zero: in range for any index) and the untuned build's outputs for them."""
+    from autosched._tvm import arg_specs
+
+    specs = arg_specs(mod["main"])
+    rng = np.random.default_rng(0)
+    io: dict[str, Any] = {}
+    for i, (shape, dtype) in enumerate(specs[:-n_outputs]):
+        floating = np.issubdtype(np.dtype(dtype), np.floating)
+        io[f"in{i}"] = rng.standard_normal(shape).astype(dtype) if floating else np.zeros(shape, dtype)
+    for i, (shape, dtype) in enumerate(specs[-n_outputs:]):
+        io[f"shape_out{i}"], io[f"dtype_out{i}"] = np.array(shape, "int64"), np.array(dtype)
+    outputs = worker.measure(lib, cpu_device(), io, n_outputs, worker._timed_spec(path), 1, 0, 0.0, 0.0,
+                             check=False)["outputs"]
+    io.update({f"out{i}": o for i, o in enumerate(outputs)})
+    return io
+
+
+__all__ = ["FOREIGN", "Adopted", "adopt_foreign_schedules", "foreign_record", "time_here"]
