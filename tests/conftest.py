@@ -7,13 +7,24 @@ from autosched.spaces.trace_space import TraceSearchSpace
 from autosched.tasks import Task, make_target, op_task
 
 
+def pytest_addoption(parser):
+    parser.addoption("--corpus", action="store_true",
+                     help="also run the whole model corpus (tests marked corpus; CI's second step)")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` run only where a CUDA driver (libcuda) and a device are present."""
+    """Tests marked ``gpu`` run only where a CUDA driver (libcuda) and a device are present; those marked ``corpus``
+    (the rest of the model corpus) only with --corpus."""
     gpu_tests = [item for item in items if item.get_closest_marker("gpu") is not None]
     if gpu_tests and not _has_cuda_device():
         skip = pytest.mark.skip(reason="needs a CUDA GPU: no libcuda or no device on this machine")
         for item in gpu_tests:
             item.add_marker(skip)
+    if not config.getoption("--corpus"):
+        skip = pytest.mark.skip(reason="the whole model corpus runs with --corpus (CI runs it: .ci/run)")
+        for item in items:
+            if item.get_closest_marker("corpus") is not None:
+                item.add_marker(skip)
 
 
 @pytest.fixture(scope="session", autouse=True)

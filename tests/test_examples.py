@@ -56,7 +56,7 @@ def test_every_family_ships_a_tuning_log_with_its_target_tvm_and_threads(family)
     targets = [json.loads(t.target) for t in db.tasks()]
     assert targets and all(t["kind"] == "llvm" and t["mcpu"] and t["num-cores"] >= 1 for t in targets)
     records = db.records()
-    assert len(records) >= 10 * len(targets) and all(r.tvm_version for r in records)
+    assert len(records) >= 5 * len(targets) and all(r.tvm_version for r in records)
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from autosched._tvm import IRModule, Target, relax, set_num_threads, tirx, tvm
+from autosched._tvm import IRModule, Target, relax, set_num_threads, structural_hash, tirx, tvm
 from autosched.apply import schedule_from_record, untuned
 from autosched.db import Database
 from autosched.errors import GraphError, InvalidConfig, UserInputError
@@ -79,6 +79,7 @@ def apply_database(fused: IRModule, target: Target, db: Database | None, default
     borrowed: dict[str, int] = {}
     skipped = _records_of_other_targets(db, [t for t, _ in alternatives])
     groups = fusion_groups(fused)
+    defaults: dict[int, Any] = {}  # structural hash of a group -> its default schedule (a model repeats layers)
     for done, group in enumerate(groups):
         if on_group is not None:
             on_group(done, len(groups))
@@ -94,7 +95,10 @@ def apply_database(fused: IRModule, target: Target, db: Database | None, default
             func = _dlight_schedule(mod, target)
             sources[group.name] = DLIGHT
         if func is None:
-            sch = default_schedule(mod, target) if default else None
+            shape = structural_hash(mod)
+            if shape not in defaults:
+                defaults[shape] = default_schedule(mod, target) if default else None
+            sch = defaults[shape]
             func = sch.mod["main"] if sch is not None else None
             sources[group.name] = DEFAULT if sch is not None else UNSCHEDULED
         if best is not None and threads is not None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from autosched._tvm import IRModule, Target, cpu_device, save_json, set_num_threads, tvm
+from autosched._tvm import IRModule, Target, cpu_device, save_json, set_num_threads, structural_hash, tvm
 from autosched.apply import schedule_from_record
 from autosched.db import Database
 from autosched.measure import worker
@@ -38,6 +38,12 @@ NO_INTRINSICS = "tuned with tensor intrinsics of a CPU this one is not"
 NOT_FASTER = "of another CPU, slower here than the group's default or untuned build"
 N_REPEAT = 5
 MIN_REPEAT_MS = 10
+MAX_DONORS = 3  # other CPUs' schedules timed per group, nearest first
+
+
+def _cpu_name(target: Target) -> str:
+    """How a CPU target is named to the user: its ``mcpu`` and thread count."""
+    return f"{target.attrs.get('mcpu', target.kind.name)} x{target.attrs.get('num-cores', '?')}"
 
 
 @dataclass
@@ -57,55 +63,72 @@ class Adopted:
                          if part)
 
 
-def foreign_record(db: Database, mod: IRModule, donors: list[Target], space_version: int
-                   ) -> tuple[TuningRecord, Target] | None:
-    """The best scheduled record of the first CPU of ``donors`` that tuned this group, and that CPU's target."""
+def foreign_records(db: Database, mod: IRModule, donors: list[Target], space_version: int
+                    ) -> list[tuple[TuningRecord, Target]]:
+    """The best scheduled record of each CPU of ``donors`` that tuned this group, with that CPU's target."""
+    found = []
     for donor in donors:
         best = db.best(task_key(mod, donor, space_version), target_json(donor))
         if best is not None and best.status is Status.OK and best.trace_json is not None:
-            return best, donor
-    return None
+            found.append((best, donor))
+    return found
 
 
 def adopt_foreign_schedules(fused: IRModule, scheduled: IRModule, sources: dict[str, str], target: Target,
                             db: Database | None, space_version: int, replaceable: tuple[str, ...],
                             default_of: Callable[[IRModule], Any]) -> Adopted:
     """For every group of ``fused`` whose source is one of ``replaceable`` (it has no record for this CPU) and that
-    another CPU of this architecture tuned: that CPU's best schedule replaces the group's function in
-    ``scheduled`` (and its source becomes ``FOREIGN``) where it measures faster here than both the group's
-    default schedule (``default_of(mod)``, a Schedule or None) and its untuned build, outputs checked."""
+    other CPUs of this architecture tuned: the best schedule of each (``MAX_DONORS`` at most) is timed here beside
+    the group's default schedule (``default_of(mod)``, a Schedule or None) and its untuned build, outputs checked;
+    the fastest of them replaces the group's function in ``scheduled`` (its source becomes ``FOREIGN``) where it
+    beats both of the group's own."""
     adopted = Adopted({}, Counter())
     donors = other_cpus(target, [row.target for row in db.tasks()]) if db is not None else []
     if not donors or not runs_here(target):
         return adopted
     set_num_threads(int(target.attrs.get("num-cores", 1)))
+    decided: dict[int, tuple[str, IRModule] | None] = {}  # a group's structural hash -> what its twin took
     for group in fusion_groups(fused):
         if sources.get(group.name) not in replaceable:
             continue
         mod = group_module(group.func)
-        found = foreign_record(db, mod, donors, space_version)
-        if found is None:
+        shape = structural_hash(mod)
+        if shape in decided:  # a repeated layer: the same schedules, timed once
+            if decided[shape] is not None:
+                _take(adopted, scheduled, sources, group.name, *decided[shape])
             continue
-        record, donor = found
-        if '"Tensorize"' in json.dumps(record.trace_json) and not runs_here(donor):
-            adopted.skipped[NO_INTRINSICS] += 1
-            continue
-        try:
-            theirs = schedule_from_record(mod, record).mod
-        except (RuntimeError, ValueError) as err:  # TVM's ScheduleError is a RuntimeError
-            log.info("record of %s on %s does not replay here: %s", group.name, donor, str(err)[:200])
-            adopted.skipped["that do not replay on this model's groups"] += 1
+        decided[shape] = None
+        variants: dict[str, IRModule] = {}
+        for record, donor in foreign_records(db, mod, donors, space_version)[:MAX_DONORS]:
+            if '"Tensorize"' in json.dumps(record.trace_json) and not runs_here(donor):
+                adopted.skipped[NO_INTRINSICS] += 1
+                continue
+            try:
+                variants[_cpu_name(donor)] = schedule_from_record(mod, record).mod
+            except (RuntimeError, ValueError) as err:  # TVM's ScheduleError is a RuntimeError
+                log.info("record of %s on %s does not replay here: %s", group.name, donor, str(err)[:200])
+                adopted.skipped["that do not replay on this model's groups"] += 1
+        if not variants:
             continue
         default = default_of(mod)
-        variants = {"untuned": mod, FOREIGN: theirs, **({"default": default.mod} if default is not None else {})}
-        times = time_here(variants, target, group.n_outputs)
-        if times.get(FOREIGN) is None or times[FOREIGN] >= min(t for k, t in times.items() if k != FOREIGN and t):
+        own = {"untuned": mod, **({"default": default.mod} if default is not None else {})}
+        times = time_here({**own, **variants}, target, group.n_outputs)
+        timed = {name: t for name, t in times.items() if name in variants and t is not None}
+        fastest_own = min((t for name, t in times.items() if name in own and t is not None), default=float("inf"))
+        if not timed or min(timed.values()) >= fastest_own:
             adopted.skipped[NOT_FASTER] += 1
             continue
-        scheduled[scheduled.get_global_var(group.name)] = ungroup(theirs["main"])
-        sources[group.name] = FOREIGN
-        adopted.taken[group.name] = str(donor.attrs.get("mcpu", donor.kind.name))
+        cpu = min(timed, key=timed.__getitem__)
+        decided[shape] = (cpu, variants[cpu])
+        _take(adopted, scheduled, sources, group.name, cpu, variants[cpu])
     return adopted
+
+
+def _take(adopted: Adopted, scheduled: IRModule, sources: dict[str, str], group: str, cpu: str,
+          mod: IRModule) -> None:
+    scheduled[scheduled.get_global_var(group)] = ungroup(mod["main"])
+    sources[group] = FOREIGN
+    adopted.taken[group] = cpu
 
 
 def time_here(variants: dict[str, IRModule], target: Target, n_outputs: int = 1) -> dict[str, float | None]:
@@ -150,4 +173,4 @@ def _reference_io(lib: Any, mod: IRModule, path: str, n_outputs: int) -> dict[st
     return io
 
 
-__all__ = ["FOREIGN", "Adopted", "adopt_foreign_schedules", "foreign_record", "time_here"]
+__all__ = ["FOREIGN", "Adopted", "adopt_foreign_schedules", "foreign_records", "time_here"]

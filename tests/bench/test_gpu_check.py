@@ -36,7 +36,7 @@ def check_rows(path: Path, n_rows: int) -> list[dict]:
 
 @pytest.mark.slow
 def test_the_script_runs_its_steps_on_this_cpu(tmp_path, capsys):
-    assert load_script().main(["--target", "llvm", "--small", "--budget-s", "40", "--repeat", "3",
+    assert load_script().main(["--target", "llvm", "--small", "--budget-s", "20", "--repeat", "3",
                                "--out", str(tmp_path / "dry")]) == 0
     check_rows(tmp_path / "dry.json", 4)
     printed = capsys.readouterr().out

@@ -45,6 +45,16 @@ NO_ONNX_IMPORT = {"lstm": "LSTM", "gru": "GRU"}  # operators TVM's ONNX importer
 EXPECTED_FALLBACKS: dict[str, list[str]] = {}  # graph rewrites a model goes without
 TORCHSCRIPT_MODELS = ("alexnet", "vgg11_bn", "convnext_tiny")  # classic; BN folded by the exporter; LayerNorm
 TORCH_PATH_MODELS = ("lstm", "gru", "bert", "vgg11_bn", "gpt2")  # vgg11_bn: batch norms reach autosched's folding
+# Every run of the suite: one model of each family and library, the cheapest (about a minute in all). The rest run
+# with --corpus (CI's second step, .ci/run; about 7 minutes on 2 cores): skipped otherwise, saying so.
+EVERY_RUN = {"resnet50", "mobilenet_v2", "timm_vit_tiny", "bert", "gpt2", "t5", "lstm", "gru",
+             ("alexnet", 13), ("lstm", "torch"), ("gpt2", "torch")}
+
+
+def _sweep(*key) -> list:
+    """The marks of a corpus case: none where it runs every time (``EVERY_RUN``), else ``corpus`` (--corpus)."""
+    key = key[0] if len(key) == 1 else key
+    return [] if key in EVERY_RUN else [pytest.mark.corpus]
 
 
 def _require(name: str) -> corpus.CorpusEntry:
@@ -92,9 +102,9 @@ def _check_onnx(name: str, target, tmp_path, exporter: str = "dynamo", opset: in
 
 
 def _onnx_params() -> list:
-    return [pytest.param(name, marks=pytest.mark.xfail(strict=True, raises=UserInputError,
-                                                      reason=f"TVM's ONNX importer has no {NO_ONNX_IMPORT[name]}"))
-            if name in NO_ONNX_IMPORT else name for name in corpus.CORPUS]
+    return [pytest.param(name, marks=[*_sweep(name), pytest.mark.xfail(
+                strict=True, raises=UserInputError, reason=f"TVM's ONNX importer has no {NO_ONNX_IMPORT[name]}")])
+            if name in NO_ONNX_IMPORT else pytest.param(name, marks=_sweep(name)) for name in corpus.CORPUS]
 
 
 def test_the_corpus_has_every_family_and_library():
@@ -109,8 +119,8 @@ def test_corpus_model_matches_onnxruntime(name, cpu_target, tmp_path):
     _check_onnx(name, cpu_target, tmp_path)
 
 
-@pytest.mark.parametrize("opset", [13, 17])
-@pytest.mark.parametrize("name", TORCHSCRIPT_MODELS)
+@pytest.mark.parametrize("name, opset", [pytest.param(name, opset, marks=_sweep(name, opset))
+                                         for name in TORCHSCRIPT_MODELS for opset in (13, 17)])
 def test_torchscript_export_matches_onnxruntime(name, opset, cpu_target, tmp_path):
     _check_onnx(name, cpu_target, tmp_path, exporter="torchscript", opset=opset)
 
@@ -128,7 +138,7 @@ def _torch_path(name: str, target) -> None:
     _compile_and_compare(model, name, target, [t.numpy() for t in inputs], eager)
 
 
-@pytest.mark.parametrize("name", TORCH_PATH_MODELS)
+@pytest.mark.parametrize("name", [pytest.param(name, marks=_sweep(name, "torch")) for name in TORCH_PATH_MODELS])
 def test_pytorch_path_matches_eager(name, cpu_target):
     _torch_path(name, cpu_target)
 

@@ -37,7 +37,7 @@ def skylake_db(model):
 def _pretend(monkeypatch, foreign_s: float) -> None:
     """Timings as if measured: the other CPU's schedule ``foreign_s``, the group's own builds 1 ms."""
     def fake(variants, target, n_outputs=1):
-        return {name: (foreign_s if name == FOREIGN else 1e-3) for name in variants}
+        return {name: (1e-3 if name in ("untuned", "default") else foreign_s) for name in variants}
     monkeypatch.setattr(foreign, "time_here", fake)
 
 
@@ -45,12 +45,12 @@ def test_a_faster_schedule_of_another_cpu_is_taken_and_said(model, skylake_db, c
     db, tasks = skylake_db
     _pretend(monkeypatch, 1e-4)
     compiled = compile_model(model, cpu_target, db)
-    assert set(compiled.sources.values()) == {FOREIGN} and set(compiled.foreign.values()) == {"skylake"}
+    assert set(compiled.sources.values()) == {FOREIGN} and set(compiled.foreign.values()) == {"skylake x1"}
     untuned = compile_unscheduled(model, cpu_target)
     x = model.random_inputs(0)
     np.testing.assert_allclose(compiled(*x)[0], untuned(*x)[0], rtol=1e-4, atol=1e-5)
     adopted = foreign.Adopted(compiled.foreign, compiled.skipped)
-    assert f"{len(compiled.foreign)} fusion group(s) from records tuned on skylake" in adopted.summary()
+    assert f"{len(compiled.foreign)} fusion group(s) from records tuned on skylake x1" in adopted.summary()
 
 
 def test_a_slower_one_is_left_and_counted(model, skylake_db, cpu_target, monkeypatch):
@@ -90,3 +90,18 @@ def test_every_variant_is_timed_here_and_a_wrong_one_refused(model, cpu_target):
 
     times = time_here({"untuned": plus(1.0), "wrong": plus(2.0)}, cpu_target)
     assert times["untuned"] > 0 and times["wrong"] is None  # its outputs differ from the untuned build's
+
+
+def test_with_logs_of_several_cpus_the_fastest_here_is_taken(model, cpu_target, monkeypatch):
+    db = MemoryDatabase()
+    for cpu in ("skylake", "haswell"):
+        record_one_schedule_per_task(model, make_target(f'{{"kind": "llvm", "mcpu": "{cpu}", "num-cores": 1}}'), db)
+    seen = []
+
+    def fake(variants, target, n_outputs=1):
+        seen.append(set(variants))
+        return {name: {"haswell x1": 1e-4, "skylake x1": 2e-4}.get(name, 1e-3) for name in variants}
+    monkeypatch.setattr(foreign, "time_here", fake)
+    compiled = compile_model(model, cpu_target, db)
+    assert set(compiled.foreign.values()) == {"haswell x1"}
+    assert all({"untuned", "haswell x1", "skylake x1"} <= names for names in seen)  # every CPU's, and its own
