@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import redundant
 
+from autosched._tvm import as_python
 from autosched.config import TuneConfig
 from autosched.db import MemoryDatabase, open_database
 from autosched.errors import UserInputError
@@ -284,6 +285,32 @@ def test_a_task_tuned_on_another_cpu_starts_from_its_best_schedules():
     search = strategy(mine, 1)
     assert start_from_other_thread_counts(mine, search, db, k=2) == 2
     assert [c.params for c in search.ask(2)] == [search.fitted(tuned[i].params) for i in (1, 3)]
+
+
+def test_another_cpus_best_schedule_is_measured_with_the_defaults():
+    """A task the search never reaches still gets another CPU's best schedule measured here (with its defaults),
+    so compile takes it where it is faster; measured once (a second call finds it in the database)."""
+    from autosched.db import TaskRow
+    from autosched.models.tuning import default_candidates
+    from autosched.records import schedule_key
+    from autosched.spaces.trace_space import TraceSearchSpace
+    from autosched.tasks import make_target
+    from autosched.tune import to_record
+
+    here, haswell = make_target("llvm", 2), make_target('{"kind": "llvm", "mcpu": "haswell", "num-cores": 1}')
+    mine, theirs = (op_task("matmul", (32, 32, 64), t, settings_for(t).version) for t in (here, haswell))
+    db = MemoryDatabase()
+    n_own = len(default_candidates(mine, db, 0))
+    space = TraceSearchSpace(theirs.mod, haswell, settings_for(haswell), seed=3)
+    sch = space.apply(space.default_params(len(space.designs) - 1))
+    db.commit_task(TaskRow(theirs.key, theirs.name, theirs.target_json, theirs.space_version, "{}", theirs.flops, {}))
+    db.commit([to_record(theirs, Candidate(theirs.key, {}, space.effective_decisions(sch),
+                                           as_python(sch.trace.as_json(remove_postproc=False))),
+                         MeasureResult(Status.OK, [1e-4]))])
+    cands = default_candidates(mine, db, 0)
+    assert len(cands) == n_own + 1 and schedule_key(cands[-1].decisions) == schedule_key(db.records()[0].decisions)
+    db.commit([to_record(mine, cands[-1], MeasureResult(Status.OK, [2e-4]))])
+    assert len(default_candidates(mine, db, 0)) == n_own  # measured: not again
 
 
 def test_a_task_starts_from_the_refitted_best_schedules_of_tasks_like_it():
