@@ -340,7 +340,7 @@ def compile_model(model: Model, target: Target, db: Database | None = None, defa
 
         say("timing other CPUs' schedules here")
         adopted = adopt_foreign_schedules(fused, scheduled, sources, target, db, settings_for(target).version,
-                                          (DEFAULT, UNSCHEDULED), lambda mod: default_schedule(mod, target))
+                                          (DEFAULT, UNSCHEDULED))
         foreign, skipped = adopted.taken, skipped + adopted.skipped
     say("TVM's build")
     final = run_passes(scheduled, target, FINISH_PASSES, model_name=model.name)

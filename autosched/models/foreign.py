@@ -16,13 +16,12 @@ import logging
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from autosched._tvm import IRModule, Target, cpu_device, save_json, set_num_threads, structural_hash, tvm
+from autosched._tvm import IRModule, Schedule, Target, cpu_device, save_json, set_num_threads, structural_hash, tvm
 from autosched.apply import schedule_from_record
 from autosched.db import Database
 from autosched.measure import worker
@@ -36,6 +35,7 @@ log = logging.getLogger("autosched.foreign")
 FOREIGN = "other CPU"  # a group's source: the best record of another CPU, faster here than what it had
 NO_INTRINSICS = "tuned with tensor intrinsics of a CPU this one is not"
 NOT_FASTER = "of another CPU, slower here than the group's default or untuned build"
+NO_REPLAY = "of another CPU that do not replay on this model's groups"
 N_REPEAT = 5
 MIN_REPEAT_MS = 10
 MAX_DONORS = 3  # other CPUs' schedules timed per group, nearest first
@@ -63,25 +63,36 @@ class Adopted:
                          if part)
 
 
-def foreign_records(db: Database, mod: IRModule, donors: list[Target], space_version: int
-                    ) -> list[tuple[TuningRecord, Target]]:
-    """The best scheduled record of each CPU of ``donors`` that tuned this group, with that CPU's target."""
-    found = []
+def replayable_bests(db: Database, mod: IRModule, donors: list[Target], space_version: int, skipped: Counter,
+                     limit: int = MAX_DONORS) -> list[tuple[str, TuningRecord, Schedule]]:
+    """The best scheduled record of each CPU of ``donors`` that tuned this group (``limit`` at most, nearest first),
+    replayed on ``mod``: (that CPU's name, the record, the schedule). Records that call another CPU's tensor
+    intrinsics, or whose trace no longer replays, are left out and counted into ``skipped``."""
+    found: list[tuple[str, TuningRecord, Schedule]] = []
     for donor in donors:
+        if len(found) == limit:
+            break
         best = db.best(task_key(mod, donor, space_version), target_json(donor))
-        if best is not None and best.status is Status.OK and best.trace_json is not None:
-            found.append((best, donor))
+        if best is None or best.status is not Status.OK or best.trace_json is None:
+            continue
+        if '"Tensorize"' in json.dumps(best.trace_json) and not runs_here(donor):
+            skipped[NO_INTRINSICS] += 1
+            continue
+        try:
+            found.append((_cpu_name(donor), best, schedule_from_record(mod, best)))
+        except (RuntimeError, ValueError) as err:  # TVM's ScheduleError is a RuntimeError
+            log.info("record of %s does not replay here: %s", donor, str(err)[:200])
+            skipped[NO_REPLAY] += 1
     return found
 
 
 def adopt_foreign_schedules(fused: IRModule, scheduled: IRModule, sources: dict[str, str], target: Target,
-                            db: Database | None, space_version: int, replaceable: tuple[str, ...],
-                            default_of: Callable[[IRModule], Any]) -> Adopted:
+                            db: Database | None, space_version: int, replaceable: tuple[str, ...]) -> Adopted:
     """For every group of ``fused`` whose source is one of ``replaceable`` (it has no record for this CPU) and that
     other CPUs of this architecture tuned: the best schedule of each (``MAX_DONORS`` at most) is timed here beside
-    the group's default schedule (``default_of(mod)``, a Schedule or None) and its untuned build, outputs checked;
-    the fastest of them replaces the group's function in ``scheduled`` (its source becomes ``FOREIGN``) where it
-    beats both of the group's own."""
+    the group's untuned build and what ``scheduled`` gives it now (its default schedule, where it has one), outputs
+    checked; the fastest of them replaces the group's function in ``scheduled`` (its source becomes ``FOREIGN``)
+    where it beats both of the group's own."""
     adopted = Adopted({}, Counter())
     donors = other_cpus(target, [row.target for row in db.tasks()]) if db is not None else []
     if not donors or not runs_here(target):
@@ -98,20 +109,11 @@ def adopt_foreign_schedules(fused: IRModule, scheduled: IRModule, sources: dict[
                 _take(adopted, scheduled, sources, group.name, *decided[shape])
             continue
         decided[shape] = None
-        variants: dict[str, IRModule] = {}
-        for record, donor in foreign_records(db, mod, donors, space_version)[:MAX_DONORS]:
-            if '"Tensorize"' in json.dumps(record.trace_json) and not runs_here(donor):
-                adopted.skipped[NO_INTRINSICS] += 1
-                continue
-            try:
-                variants[_cpu_name(donor)] = schedule_from_record(mod, record).mod
-            except (RuntimeError, ValueError) as err:  # TVM's ScheduleError is a RuntimeError
-                log.info("record of %s on %s does not replay here: %s", group.name, donor, str(err)[:200])
-                adopted.skipped["that do not replay on this model's groups"] += 1
+        variants = {cpu: sch.mod for cpu, _, sch in replayable_bests(db, mod, donors, space_version, adopted.skipped)}
         if not variants:
             continue
-        default = default_of(mod)
-        own = {"untuned": mod, **({"default": default.mod} if default is not None else {})}
+        current = scheduled[scheduled.get_global_var(group.name)]
+        own = {"untuned": mod, **({} if current.same_as(group.func) else {"current": group_module(current)})}
         times = time_here({**own, **variants}, target, group.n_outputs)
         timed = {name: t for name, t in times.items() if name in variants and t is not None}
         fastest_own = min((t for name, t in times.items() if name in own and t is not None), default=float("inf"))
@@ -173,4 +175,4 @@ def _reference_io(lib: Any, mod: IRModule, path: str, n_outputs: int) -> dict[st
     return io
 
 
-__all__ = ["FOREIGN", "Adopted", "adopt_foreign_schedules", "foreign_records", "time_here"]
+__all__ = ["FOREIGN", "Adopted", "adopt_foreign_schedules", "replayable_bests", "time_here"]

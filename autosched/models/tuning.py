@@ -188,28 +188,16 @@ def borrowed_candidates(task: Task, space: TraceSearchSpace, db: Database) -> li
     task the search never reaches still gets them where they are faster here (a budget too short to reach most
     tasks' searches left ResNet-18 at 3.8x ONNX Runtime's latency with Zen 5's log in the database, 1.5x with
     the log alone). Schedules that call another CPU's tensor intrinsics, or no longer replay, are left out."""
-    import json
+    from collections import Counter
 
-    from autosched.apply import schedule_from_record
-    from autosched.targets import other_cpus, other_thread_counts, runs_here, target_json
-    from autosched.tasks import task_key
+    from autosched.models.foreign import replayable_bests
+    from autosched.targets import other_cpus, other_thread_counts
 
     known = [row.target for row in db.tasks()]
     others = [t for t, _ in other_thread_counts(task.target, known)][:1] + other_cpus(task.target, known)[:2]
-    cands = []
-    for other in others[:MAX_BORROWED]:
-        best = db.best(task_key(task.mod, other, task.space_version), target_json(other))
-        if best is None or best.trace_json is None or best.space_version != task.space_version:
-            continue
-        if '"Tensorize"' in json.dumps(best.trace_json) and not runs_here(other):
-            continue
-        try:
-            sch = schedule_from_record(task.mod, best)
-        except (RuntimeError, ValueError):  # TVM's ScheduleError is a RuntimeError
-            continue
-        cands.append(Candidate(task.key, dict(best.params), space.effective_decisions(sch),
-                               as_python(sch.trace.as_json(remove_postproc=False)), save_json(sch.mod)))
-    return cands
+    return [Candidate(task.key, dict(record.params), space.effective_decisions(sch),
+                      as_python(sch.trace.as_json(remove_postproc=False)), save_json(sch.mod))
+            for _, record, sch in replayable_bests(db, task.mod, others, task.space_version, Counter(), MAX_BORROWED)]
 
 
 def measure_defaults(session, scheduler: TaskScheduler, db: Database, deadline: Deadline,

@@ -25,14 +25,14 @@ from autosched.spaces.trace_space import TraceSearchSpace, divisors
 REGISTER_TILES = ((12, 2), (6, 4), (8, 2), (14, 2))  # (rows, vectors of columns): 24, 24, 16, 28 accumulators
 # AVX2 and SSE have 16 vector registers, not AVX-512's 32: 12 accumulators at most (BLIS's Haswell kernel is 6 x 2)
 REGISTER_TILES_16 = ((6, 2), (4, 3), (3, 4), (8, 1))
+PANEL_COLUMNS = 192  # output columns of one parallel chunk (12 float32 vectors on AVX-512)
+REDUCTION_STEP = 3  # reduction iterations unrolled inside the register tile
+UNROLL = 512  # the deepest explicit unroll of parallel_vectorize_unroll
 
 
 def register_tiles(vector_bits: int) -> tuple[tuple[int, int], ...]:
     """The (rows, vectors of columns) tiles for a CPU whose widest vectors have ``vector_bits``."""
     return REGISTER_TILES if vector_bits >= 512 else REGISTER_TILES_16
-PANEL_COLUMNS = 192  # output columns of one parallel chunk (12 float32 vectors on AVX-512)
-REDUCTION_STEP = 3  # reduction iterations unrolled inside the register tile
-UNROLL = 512  # the deepest explicit unroll of parallel_vectorize_unroll
 
 
 def _below(extent: int, want: int) -> int:

@@ -37,7 +37,7 @@ def skylake_db(model):
 def _pretend(monkeypatch, foreign_s: float) -> None:
     """Timings as if measured: the other CPU's schedule ``foreign_s``, the group's own builds 1 ms."""
     def fake(variants, target, n_outputs=1):
-        return {name: (1e-3 if name in ("untuned", "default") else foreign_s) for name in variants}
+        return {name: (1e-3 if name in ("untuned", "current") else foreign_s) for name in variants}
     monkeypatch.setattr(foreign, "time_here", fake)
 
 
