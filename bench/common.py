@@ -35,6 +35,16 @@ def machine_info() -> dict:
             "python": platform.python_version(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
+def openvino_version() -> str | None:
+    """The installed OpenVINO (a peer of the model benchmarks when it is: the ``bench`` extra), or None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("openvino")
+    except PackageNotFoundError:
+        return None
+
+
 def load_now() -> float:
     """1-minute load average: other work on this 2-core machine skews timings, so it is recorded."""
     return os.getloadavg()[0]

@@ -11,12 +11,14 @@ Each model is built in code with random weights, exported to ONNX (dynamo export
 from that file, as a user would; a model TVM's ONNX importer cannot read (LSTM, GRU) goes through the
 PyTorch path instead, and says so. Then: graph rewrites, task extraction, tuning (``--trials`` per task,
 shared by the task scheduler, and/or ``--time`` seconds per model), the build (tuned schedules, default
-ones elsewhere) and the run. autosched, ONNX Runtime and PyTorch eager are timed through the same kind of
-call (numpy or tensors in, out, one inference), in interleaved rounds, median of ``--repeat`` rounds; every
-output is checked against ONNX Runtime's; "paired" is the median over rounds of autosched's round / ONNX
-Runtime's round in the same round (steadier on a shared machine). A model that fails at any step is a row with
-the step and the one-line reason. Writes bench/results/corpus.json and prints the table with the geometric mean of
-autosched / ONNX Runtime.
+ones elsewhere) and the run. autosched, ONNX Runtime, PyTorch eager and OpenVINO (its CPU plugin, latency hint,
+float32, if the ``openvino`` package is installed) are timed through the same kind of call (numpy or tensors in,
+out, one inference), in interleaved rounds, median of ``--repeat`` rounds; every output is checked against ONNX
+Runtime's; "paired" is the median over rounds of autosched's round / ONNX Runtime's round in the same round
+(steadier on a shared machine). A model that fails at any step is a row with the step and the one-line reason; a
+model OpenVINO cannot read or compute (or whose outputs differ from ONNX Runtime's) is timed without it, its row
+says why. Writes bench/results/corpus.json and prints the table with the geometric means of autosched / ONNX
+Runtime, autosched / OpenVINO and autosched / the best peer (the faster of ONNX Runtime and OpenVINO, per model).
 """
 
 from __future__ import annotations
@@ -35,7 +37,15 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fair_environment, git_commit, load_now, machine_info, time_interleaved, write_json  # noqa: E402
+from common import (  # noqa: E402
+    fair_environment,
+    git_commit,
+    load_now,
+    machine_info,
+    openvino_version,
+    time_interleaved,
+    write_json,
+)
 
 MAX_ERROR = 1e-3  # largest relative error vs ONNX Runtime of a model that counts (as bench/models.py)
 
@@ -106,6 +116,30 @@ def _onnxruntime(path: Path, feed: dict, n_threads: int):
     return session, graph_feed, session.run(None, graph_feed)
 
 
+def _openvino(path: Path, feed: dict, want: list, n_threads: int):
+    """(OpenVINO's call on the exported file, its error vs ONNX Runtime's outputs); a peer whose outputs differ is
+    never timed."""
+    from autosched.models.reference import max_relative_error, openvino_session
+
+    run = openvino_session(path, n_threads)
+    error = max_relative_error(run(feed), want)
+    if not error <= MAX_ERROR:
+        raise ValueError(f"outputs differ from ONNX Runtime's: max relative error {error:.1e}")
+    return run, error
+
+
+def _peer_openvino(row: dict, path: Path, feed: dict, want: list, n_threads: int):
+    """OpenVINO's call, or None with the reason in the row (not installed, cannot read or compute the model, wrong
+    outputs): a peer that cannot run a model is a note in its row, and the row goes on without it."""
+    try:
+        run, row["openvino_max_rel_error_vs_ort"] = _step(row, "openvino_compile", _openvino, path, feed, want,
+                                                          n_threads)
+    except Failed as failure:
+        row["openvino_error"] = failure.reason
+        return None
+    return run
+
+
 def _eager(module, inputs) -> list:
     import torch
 
@@ -156,6 +190,24 @@ def paired_ratio(mine: list[float], theirs: list[float]) -> float:
     return statistics.median(a / b for a, b in zip(mine, theirs, strict=True))
 
 
+def peer_ratios(rounds: dict[str, list[float]]) -> dict:
+    """autosched over each peer timed in the rounds (ONNX Runtime, and OpenVINO where it ran), medians and paired,
+    and over the best peer: the faster of those peers' medians (``best_peer`` names it; ONNX Runtime where OpenVINO
+    did not run); paired, each round's faster of them."""
+    peers = [p for p in ("onnxruntime", "openvino") if p in rounds]
+    median = {k: statistics.median(v) for k, v in rounds.items()}
+    best = min(peers, key=median.__getitem__)
+    best_rounds = [min(r) for r in zip(*(rounds[p] for p in peers), strict=True)]
+    ratios = {"autosched_vs_ort": median["autosched"] / median["onnxruntime"],
+              "autosched_vs_ort_paired": paired_ratio(rounds["autosched"], rounds["onnxruntime"]),
+              "best_peer": best, "autosched_vs_best_peer": median["autosched"] / median[best],
+              "autosched_vs_best_peer_paired": paired_ratio(rounds["autosched"], best_rounds)}
+    if "openvino" in rounds:
+        ratios.update(autosched_vs_ov=median["autosched"] / median["openvino"],
+                      autosched_vs_ov_paired=paired_ratio(rounds["autosched"], rounds["openvino"]))
+    return ratios
+
+
 def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
     import torch
 
@@ -191,15 +243,17 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
         if not error <= MAX_ERROR:  # a wrong model is never timed nor counted
             raise Failed("check", f"outputs differ from ONNX Runtime's: max relative error {error:.1e}")
         row["torch_max_rel_error_vs_ort"] = max_relative_error(_step(row, "torch", _eager, module, inputs), want)
+        openvino = _peer_openvino(row, path, feed, want, args.threads)
         torch.set_num_threads(args.threads)
+        calls = {"autosched": lambda: compiled(*arrays), "onnxruntime": lambda: session.run(None, feed),
+                 "torch": lambda: module(*inputs)}
+        if openvino is not None:
+            calls["openvino"] = lambda: openvino(feed)
         with torch.no_grad():
-            rounds = _step(row, "timing", time_interleaved, {
-                "autosched": lambda: compiled(*arrays), "onnxruntime": lambda: session.run(None, feed),
-                "torch": lambda: module(*inputs)}, args.repeat, args.min_round_s)
+            rounds = _step(row, "timing", time_interleaved, calls, args.repeat, args.min_round_s)
         row.update({f"{peer}_s": statistics.median(s) for peer, s in rounds.items()}, load=load_now(), ok=True)
         row["rounds_s"] = rounds
-        row["autosched_vs_ort"] = row["autosched_s"] / row["onnxruntime_s"]
-        row["autosched_vs_ort_paired"] = paired_ratio(rounds["autosched"], rounds["onnxruntime"])
+        row.update(peer_ratios(rounds))
     except Failed as failure:
         row.update(failed_step=failure.step, error=failure.reason)
     return row
@@ -209,7 +263,9 @@ TUNING_FIELDS = ("tune_s", "trials", "trials_per_task", "time_budget_s", "out_of
                  "tasks_default", "tasks_unmeasured", "commit", "measured_at", "started_from", "flush_cache",
                  "relatives", "time_per_model_s", "cpu")
 TIMING_FIELDS = ("autosched_s", "onnxruntime_s", "torch_s", "autosched_vs_ort", "autosched_vs_ort_paired",
-                 "rounds_s", "max_rel_error_vs_ort", "load")
+                 "rounds_s", "max_rel_error_vs_ort", "load", "openvino_s", "autosched_vs_ov", "autosched_vs_ov_paired",
+                 "best_peer", "autosched_vs_best_peer", "autosched_vs_best_peer_paired",
+                 "openvino_max_rel_error_vs_ort", "openvino_error")
 
 
 def retime_row(name: str, args: argparse.Namespace, work: Path, done: Path, commit: str) -> dict:
@@ -233,7 +289,7 @@ def retime_row(name: str, args: argparse.Namespace, work: Path, done: Path, comm
     done.write_text(json.dumps(row, default=str))
     print(f"[{name}] autosched {row['autosched_s'] * 1e3:.3f} ms, ONNX Runtime {row['onnxruntime_s'] * 1e3:.3f} ms "
           f"({row['autosched_vs_ort']:.2f}, paired {row['autosched_vs_ort_paired']:.2f}; first timing "
-          f"{row['first_timing']['autosched_vs_ort']:.2f})", flush=True)
+          f"{row['first_timing']['autosched_vs_ort']:.2f}), {_openvino_note(row)}", flush=True)
     return row
 
 
@@ -241,14 +297,38 @@ def _ms(row: dict, key: str) -> str:
     return f"{row[key] * 1e3:.3f}" if key in row else "-"
 
 
+def _openvino_note(row: dict) -> str:
+    if "openvino_s" in row:
+        return f"OpenVINO {row['openvino_s'] * 1e3:.3f} ms ({row['autosched_vs_ov']:.2f})"
+    return f"OpenVINO not timed: {row.get('openvino_error', 'row measured before it was a contender')}"
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(x) for x in xs))
+
+
 def print_table(rows: list[dict]) -> str:
     from rich.console import Console
+
+    console = Console(width=220)
+    console.print(corpus_table(rows))
+    summary = "\n".join(summary_lines(rows))
+    console.print(summary, markup=False)  # reasons may hold brackets: pip install 'autosched[bench]'
+    return summary
+
+
+def corpus_table(rows: list[dict]):
+    """The table of rows, a ``rich.table.Table``: OpenVINO's columns only where some row timed it."""
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title="autosched corpus: import -> rewrite -> tasks -> tune -> compile -> run (vs ONNX Runtime)")
+    with_ov = any("openvino_s" in r for r in rows)  # else no OpenVINO column, and a line says why
+    table = Table(title="autosched corpus: import -> rewrite -> tasks -> tune -> compile -> run (vs ONNX Runtime"
+                  + (" and OpenVINO)" if with_ov else ")"))
     columns = ("model", "family", "library", "import/rewrite", "fallbacks", "groups", "tasks found/tuned",
-               "extract s", "tune s", "autosched ms", "ORT ms", "PyTorch ms", "autosched/ORT", "paired", "max rel err",
-               "commit")
+               "extract s", "tune s", "autosched ms", "ORT ms", "PyTorch ms", *(("OpenVINO ms",) if with_ov else ()),
+               "autosched/ORT", "paired", *(("autosched/OV", "autosched/best peer") if with_ov else ()),
+               "max rel err", "commit")
     for col in columns:
         table.add_column(col, justify="left" if col in ("model", "family", "library", "fallbacks") else "right",
                          overflow="fold", no_wrap=col == "model")
@@ -260,29 +340,54 @@ def print_table(rows: list[dict]) -> str:
         tasks = f"{r['tasks']}/{r.get('tasks_tuned', '-')}" if "tasks" in r else "-"
         if r["ok"]:
             paired = f"{r['autosched_vs_ort_paired']:.2f}" if "autosched_vs_ort_paired" in r else "-"
-            cells = [_ms(r, "autosched_s"), _ms(r, "onnxruntime_s"), _ms(r, "torch_s"), f"{r['autosched_vs_ort']:.2f}",
-                     paired, f"{r['max_rel_error_vs_ort']:.1e}"]
+            why = r.get("openvino_error", "not timed")[:80]
+            ov = [_ms(r, "openvino_s") if "openvino_s" in r else escape(f"- ({why})")]
+            ov_ratios = [f"{r['autosched_vs_ov']:.2f}" if "autosched_vs_ov" in r else "-",
+                         f"{r.get('autosched_vs_best_peer', r['autosched_vs_ort']):.2f}"]
+            cells = [_ms(r, "autosched_s"), _ms(r, "onnxruntime_s"), _ms(r, "torch_s"), *(ov if with_ov else ()),
+                     f"{r['autosched_vs_ort']:.2f}", paired, *(ov_ratios if with_ov else ()),
+                     f"{r['max_rel_error_vs_ort']:.1e}"]
         else:
-            cells = ["-", "-", "-", "-", "-", f"{r.get('failed_step')}: {r.get('error', '')}"[:160]]
+            cells = ["-"] * (len(columns) - 11) + [f"{r.get('failed_step')}: {r.get('error', '')}"[:160]]
         table.add_row(r["model"], r["family"], r["library"], status, shown, str(r.get("fusion_groups", "-")), tasks,
                       f"{r['extract_s'] + r.get('rewrite_s', 0):.1f}" if "extract_s" in r else "-",
                       f"{r['tune_s']:.0f}" if "tune_s" in r else "-", *cells,
                       r.get("commit", "-") + (f", timed {r['timed_commit']}" if r.get("timed_commit") else "")
                       + (", NOT re-timed: " + r["retime_error"][:60] if r.get("retime_error") else ""))
-    console = Console(width=220)
-    console.print(table)
-    ran = [r["autosched_vs_ort"] for r in rows if r["ok"]]
-    summary = (f"geometric mean of autosched / ONNX Runtime latency over the {len(ran)} models that ran: "
-               f"{math.exp(statistics.fmean(math.log(x) for x in ran)):.2f}" if ran else "no model ran")
-    paired = [r["autosched_vs_ort_paired"] for r in rows if r["ok"] and "autosched_vs_ort_paired" in r]
+    return table
+
+
+def summary_lines(rows: list[dict]) -> list[str]:
+    """The geometric means under the table: autosched / ONNX Runtime, / OpenVINO and / the best peer (with OpenVINO
+    nowhere timed, one line saying why instead of the last two)."""
+    ran = [r for r in rows if r["ok"]]
+    line = (f"geometric mean of autosched / ONNX Runtime latency over the {len(ran)} models that ran: "
+            f"{_geomean([r['autosched_vs_ort'] for r in ran]):.2f}" if ran else "no model ran")
+    paired = [r["autosched_vs_ort_paired"] for r in ran if "autosched_vs_ort_paired" in r]
     if ran and len(paired) == len(ran):
-        summary += f" (median of paired rounds: {math.exp(statistics.fmean(math.log(x) for x in paired)):.2f})"
-    summary += f"; {sum(not r['ok'] for r in rows)} of {len(rows)} failed"
+        line += f" (median of paired rounds: {_geomean(paired):.2f})"
+    line += f"; {sum(not r['ok'] for r in rows)} of {len(rows)} failed"
     if any(r.get("started_from") for r in rows):
-        summary += "; tuned further from the databases of " + ", ".join(sorted({r["started_from"] for r in rows
-                                                                            if r.get("started_from")}))
-    console.print(summary)
-    return summary
+        line += "; tuned further from the databases of " + ", ".join(sorted({r["started_from"] for r in rows
+                                                                         if r.get("started_from")}))
+    ov = [r for r in ran if "openvino_s" in r]
+    if not ov:
+        reasons = sorted({r.get("openvino_error", "rows measured before OpenVINO was a contender") for r in ran})
+        return [line, "OpenVINO not timed: " + ("; ".join(reasons) if reasons else "no model ran")]
+    missed = [f"{r['model']} ({r.get('openvino_error', 'measured before OpenVINO was a contender')[:80]})"
+              for r in ran if "openvino_s" not in r]
+    best = [r.get("autosched_vs_best_peer", r["autosched_vs_ort"]) for r in ran]
+    best_paired = [r.get("autosched_vs_best_peer_paired", r.get("autosched_vs_ort_paired")) for r in ran]
+    n_ov_best = sum(r.get("best_peer") == "openvino" for r in ran)
+    return [line,
+            f"geometric mean of autosched / OpenVINO latency over the {len(ov)} models OpenVINO ran: "
+            f"{_geomean([r['autosched_vs_ov'] for r in ov]):.2f} (median of paired rounds: "
+            f"{_geomean([r['autosched_vs_ov_paired'] for r in ov]):.2f})"
+            + (f"; not run by OpenVINO: {', '.join(missed)}" if missed else ""),
+            f"geometric mean of autosched / best peer (the faster of ONNX Runtime and OpenVINO per model: OpenVINO "
+            f"for {n_ov_best}, ONNX Runtime for {len(ran) - n_ov_best}) over the {len(ran)} models that ran: "
+            f"{_geomean(best):.2f}"
+            + (f" (median of paired rounds: {_geomean(best_paired):.2f})" if None not in best_paired else "")]
 
 
 def main() -> None:
@@ -338,7 +443,8 @@ def main() -> None:
     rows: list[dict] = []
     commit = git_commit()  # the code this run loads (edits made while it runs do not count)
     meta = {"machine": machine_info(), "size": args.size, "trials_per_task": args.trials, "time_per_model_s": args.time,
-            "threads": args.threads, "repeat": args.repeat, "command": " ".join(["python", *sys.argv])}
+            "threads": args.threads, "repeat": args.repeat, "openvino": openvino_version(),
+            "command": " ".join(["python", *sys.argv])}
     with tempfile.TemporaryDirectory(prefix="autosched-corpus-") as tmp:
         work = Path(args.db_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -365,8 +471,9 @@ def main() -> None:
             done.write_text(json.dumps(rows[-1], default=str))
             r = rows[-1]
             print(f"[{name}] " + (f"autosched {r['autosched_s'] * 1e3:.3f} ms, ONNX Runtime "
-                                  f"{r['onnxruntime_s'] * 1e3:.3f} ms, error {r['max_rel_error_vs_ort']:.1e}"
-                                  if r["ok"] else f"FAILED at {r['failed_step']}: {r['error']}"), flush=True)
+                                  f"{r['onnxruntime_s'] * 1e3:.3f} ms, error {r['max_rel_error_vs_ort']:.1e}, "
+                                  + _openvino_note(r) if r["ok"] else f"FAILED at {r['failed_step']}: {r['error']}"),
+                  flush=True)
             write_json(args.out, {**meta, "rows": rows})
     summary = print_table(rows)
     path = write_json(args.out, {**meta, "rows": rows, "summary": summary})

@@ -16,13 +16,15 @@ not tuned here: it is compiled from its shipped log, ``tuning_logs/example_NAME.
 
 Timing, per thread count, in one process: the call a user makes for every contender -- ``compiled(*arrays)``
 (numpy in, numpy out), ONNX Runtime's ``session.run``, the PyTorch module and ``torch.compile`` of it
-(Inductor, defaults, compiled before the rounds), both under ``no_grad`` -- in interleaved rounds with the same
-timer, medians. Beside them, each runtime's own time for the graph, measured in the same rounds (TVM's timer on
-the VM function, one run per sample, inputs already tensors; ONNX Runtime's profiler, ``SequentialExecutor::Execute``,
-in a second, profiled session): the gap between a call and that time is what the call path costs. TVM's timer
-after the rounds, on its own (``autosched_kernels_alone`` in the JSON), reads lower where the caches are warmer
-than between other contenders' calls.
-Every output is checked against ONNX Runtime's first.
+(Inductor, defaults, compiled before the rounds), both under ``no_grad``, and OpenVINO's infer request on the same
+ONNX file (its CPU plugin, latency hint, float32; if the ``openvino`` package is installed, else the table says
+so) -- in interleaved rounds with the same timer, medians. Beside them, each runtime's own time for the graph,
+measured in the same rounds (TVM's timer on the VM function, one run per sample, inputs already tensors; ONNX
+Runtime's profiler, ``SequentialExecutor::Execute``, in a second, profiled session): the gap between a call and that
+time is what the call path costs. TVM's timer after the rounds, on its own (``autosched_kernels_alone`` in the
+JSON), reads lower where the caches are warmer than between other contenders' calls.
+Every output is checked against ONNX Runtime's first (OpenVINO's too: a model it cannot read or compute, or whose
+outputs differ, is timed without it, and its row says why).
 ``--spaces shipped,plain`` also tunes each model (same budget, its own database) in the ``plain`` search space --
 the shipped one without the additions for memory-bound work, i.e. no fast math and every design MetaSchedule's
 rules generate, not only those that fuse the epilogues -- and times both in the same rounds: the whole-model effect
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import re
 import statistics
@@ -43,7 +46,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fair_environment, load_now, machine_info, time_callable, time_interleaved, write_json  # noqa: E402
+from common import (  # noqa: E402
+    fair_environment,
+    load_now,
+    machine_info,
+    openvino_version,
+    time_callable,
+    time_interleaved,
+    write_json,
+)
 
 MODELS = ("mlp", "bert", "resnet18")
 EXAMPLES = [f"example:{n}" for n in ("mlp", "resnet", "mobilenet", "bert", "gpt", "vit", "lstm")]
@@ -156,10 +167,26 @@ def _tune(name: str, model, args: argparse.Namespace, work: Path, variant: str =
     return db, result, time.perf_counter() - start
 
 
+def _openvino(onnx_bytes: bytes, n: int, feed: dict, want: list) -> tuple:
+    """(OpenVINO's call at ``n`` threads on ``feed``, or None; what the times record of it: its error vs ONNX
+    Runtime's outputs, or why it is not timed -- not installed, a model it cannot read or compute, wrong outputs)."""
+    from autosched.models.graph import failure_reason
+    from autosched.models.reference import max_relative_error, openvino_session
+
+    try:
+        run = openvino_session(onnx_bytes, n)
+        error = max_relative_error(run(feed), want)
+    except Exception as err:  # noqa: BLE001 - a peer that cannot run this model is a note, not a crash
+        return None, {"openvino_error": failure_reason(err)}
+    if not error <= MAX_ERROR:  # a wrong model is never timed nor counted
+        return None, {"openvino_error": f"outputs differ from ONNX Runtime's: max relative error {error:.1e}"}
+    return (lambda: run(feed)), {"max_rel_error_vs_ort[openvino]": error}
+
+
 def _time_at(n: int, onnx_bytes: bytes, compiled, untuned, module, compiled_module, torch_inputs, inputs,
-             repeat: int, others: dict | None = None) -> dict:
+             repeat: int, others: dict | None = None, openvino=None) -> dict:
     """Medians of every contender's call at ``n`` threads; ``others``: more autosched builds (name -> model)
-    timed in the same rounds."""
+    timed in the same rounds; ``openvino``: OpenVINO's call (``_openvino``), if it runs the model."""
     import torch
 
     from autosched._tvm import set_num_threads
@@ -173,6 +200,8 @@ def _time_at(n: int, onnx_bytes: bytes, compiled, untuned, module, compiled_modu
              "torch": lambda: module(*torch_inputs), "onnxruntime_profiled": lambda: profiled.run(None, feed)}
     if compiled_module is not None:
         calls["torch_compile"] = lambda: compiled_module(*torch_inputs)
+    if openvino is not None:
+        calls["openvino"] = openvino
     for key, other in (others or {}).items():
         calls[key] = lambda m=other: m(*inputs)
     kernel_timer, kernel_times = compiled.kernel_timer(inputs), []
@@ -258,7 +287,8 @@ def bench_model(name: str, args: argparse.Namespace, threads: list[int], work: P
     module.eval()
     inputs = [t.numpy() for t in torch_inputs]
     session = onnxruntime_session(onnx_bytes, 1)
-    want = list(session.run(None, {i.name: x for i, x in zip(session.get_inputs(), inputs, strict=True)}))
+    feed = {i.name: x for i, x in zip(session.get_inputs(), inputs, strict=True)}
+    want = list(session.run(None, feed))
     with torch.no_grad():
         row["torch_max_rel_error_vs_ort"] = max_relative_error([t.numpy() for t in _as_list(module(*torch_inputs))],
                                                                want)
@@ -279,15 +309,17 @@ def bench_model(name: str, args: argparse.Namespace, threads: list[int], work: P
             if not error <= MAX_ERROR:  # a wrong model is never timed nor counted
                 raise SystemExit(f"{name}: {label}'s outputs differ from ONNX Runtime's (max rel. error {error:.1e})")
         error = errors.pop("autosched")
+        openvino, openvino_notes = _openvino(onnx_bytes, n, feed, want)
         times = _time_at(n, onnx_bytes, compiled, untuned, module, compiled_module, torch_inputs, inputs,
-                         args.repeat, others)
-        times.update({f"max_rel_error_vs_ort[{label}]": e for label, e in errors.items()})
+                         args.repeat, others, openvino)
+        times.update({f"max_rel_error_vs_ort[{label}]": e for label, e in errors.items()}, **openvino_notes)
         times.update(compile_s=compile_s, max_rel_error_vs_ort=error, sources=dict(compiled.counts()),
                      borrowed_groups=len(compiled.borrowed), skipped_records=dict(compiled.skipped))
         row["threads"][str(n)] = times
         shown = {k: v for k, v in times.items()
                  if isinstance(v, float) and k != "load" and not k.startswith("max_rel_error")}
-        print(f"  {n} thread(s): " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in shown.items()), flush=True)
+        print(f"  {n} thread(s): " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in shown.items())
+              + (f"; OpenVINO not timed: {times['openvino_error']}" if "openvino_error" in times else ""), flush=True)
     return row
 
 
@@ -301,11 +333,23 @@ def _ms(t: dict, key: str) -> str:
     return f"{t[key] * 1e3:.3f}" if key in t else "-"
 
 
+def _best_peer(t: dict) -> float:
+    """The faster of ONNX Runtime's and OpenVINO's median call (ONNX Runtime's where OpenVINO did not run)."""
+    return min(t["onnxruntime"], t.get("openvino", math.inf))
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(x) for x in xs))
+
+
 def print_table(rows: list[dict], threads: list[int]) -> list[str]:
+    with_ov = any("openvino" in r["threads"][str(n)] for r in rows for n in threads)  # else a line says why not
     lines = ["| model | threads | autosched call ms | its kernels ms | gap ms | ORT session.run ms | its kernels ms | "
-             "gap ms | PyTorch ms | torch.compile ms | untuned ms | autosched / ORT | autosched / PyTorch | "
-             "autosched / torch.compile | groups tuned (borrowed) | max rel. err vs ORT | tasks | trials | tune s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "gap ms | PyTorch ms | torch.compile ms | " + ("OpenVINO ms | " if with_ov else "") + "untuned ms | "
+             "autosched / ORT | autosched / PyTorch | autosched / torch.compile | "
+             + ("autosched / OpenVINO | autosched / best peer | " if with_ov else "")
+             + "groups tuned (borrowed) | max rel. err vs ORT | tasks | trials | tune s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|---|---|" * with_ov]
     verdicts = []
     for r in rows:
         for n in threads:
@@ -313,20 +357,49 @@ def print_table(rows: list[dict], threads: list[int]) -> list[str]:
             gap = t["autosched"] - t["autosched_kernels"]
             ort_gap = t["onnxruntime_profiled"] - t["onnxruntime_kernels"]  # both from the profiled session
             vs_compile = f"{t['autosched'] / t['torch_compile']:.2f}" if "torch_compile" in t else "-"
+            vs_ov = f"{t['autosched'] / t['openvino']:.2f}" if "openvino" in t else "-"
+            ov_ms = _ms(t, "openvino") if "openvino" in t else f"- ({t.get('openvino_error', 'not timed')[:60]})"
             tune_s = "shipped log" if r.get("shipped_log") else f"{r['tune_s']:.0f}"
             lines.append(
                 f"| {r['model']} | {n} | {_ms(t, 'autosched')} | {_ms(t, 'autosched_kernels')} | {gap * 1e3:.3f} | "
                 f"{_ms(t, 'onnxruntime')} | {_ms(t, 'onnxruntime_kernels')} | {ort_gap * 1e3:.3f} | "
-                f"{_ms(t, 'torch')} | {_ms(t, 'torch_compile')} | {t['untuned'] * 1e3:.2f} | "
+                f"{_ms(t, 'torch')} | {_ms(t, 'torch_compile')} | " + (f"{ov_ms} | " if with_ov else "")
+                + f"{t['untuned'] * 1e3:.2f} | "
                 f"{t['autosched'] / t['onnxruntime']:.2f} | {t['autosched'] / t['torch']:.2f} | {vs_compile} | "
-                f"{t['sources'].get('tuned', 0)}/{sum(t['sources'].values())} ({t['borrowed_groups']}) | "
+                + (f"{vs_ov} | {t['autosched'] / _best_peer(t):.2f} | " if with_ov else "")
+                + f"{t['sources'].get('tuned', 0)}/{sum(t['sources'].values())} ({t['borrowed_groups']}) | "
                 f"{t['max_rel_error_vs_ort']:.1e} | {r['tasks']} | {r['trials']} | {tune_s} |")
             verdicts.append(f"{r['model']} at {n} thread(s): call-path gap {gap * 1e6:.1f} us vs ONNX Runtime's "
                             f"{ort_gap * 1e6:.1f} us ({'<=' if gap <= ort_gap else '>'}); autosched / ORT latency "
-                            f"{t['autosched'] / t['onnxruntime']:.2f}")
-    for line in lines + verdicts:
+                            f"{t['autosched'] / t['onnxruntime']:.2f}"
+                            + (f", / OpenVINO {vs_ov}, / best peer {t['autosched'] / _best_peer(t):.2f}"
+                               if "openvino" in t else ""))
+    for line in lines + verdicts + (means := geomean_lines(rows, threads)):
         print(line)
-    return lines + verdicts
+    return lines + verdicts + means
+
+
+def geomean_lines(rows: list[dict], threads: list[int]) -> list[str]:
+    """Per thread count, the geometric means of autosched / ONNX Runtime, / OpenVINO (over the models it ran) and
+    / the best peer; with OpenVINO nowhere timed, one line saying why instead of the last two."""
+    lines = []
+    for n in threads:
+        ts = [r["threads"][str(n)] for r in rows]
+        ov = [t for t in ts if "openvino" in t]
+        line = (f"geometric means at {n} thread(s) over {len(ts)} models: autosched / ORT "
+                f"{_geomean([t['autosched'] / t['onnxruntime'] for t in ts]):.2f}")
+        if ov:
+            vs_ov, vs_best = (_geomean([t["autosched"] / t["openvino"] for t in ov]),
+                              _geomean([t["autosched"] / _best_peer(t) for t in ts]))
+            n_ov_best = sum(t["openvino"] < t["onnxruntime"] for t in ov)
+            line += (f", autosched / OpenVINO {vs_ov:.2f} (over the {len(ov)} it ran), autosched / best peer "
+                     f"{vs_best:.2f} (OpenVINO the faster peer for {n_ov_best})")
+        lines.append(line)
+    if not any("openvino" in r["threads"][str(n)] for r in rows for n in threads):
+        reasons = sorted({r["threads"][str(n)].get("openvino_error", "rows measured before OpenVINO was a contender")
+                          for r in rows for n in threads})
+        lines.append("OpenVINO not timed: " + "; ".join(reasons))
+    return lines
 
 
 def print_spaces(rows: list[dict], threads: list[int]) -> list[str]:
@@ -375,7 +448,8 @@ def main() -> None:
     fair_environment(max(threads))
     rows: list[dict] = []
     wall = time.perf_counter()
-    payload = {"machine": machine_info(), "trials_per_task": args.trials, "time_budget_s": args.time,
+    payload = {"machine": machine_info(), "openvino": openvino_version(), "trials_per_task": args.trials,
+               "time_budget_s": args.time,
                "command": " ".join(["python", *sys.argv]), "rows": rows}
     with tempfile.TemporaryDirectory(prefix="autosched-bench-") as tmp:
         work = Path(args.db_dir or tmp)

@@ -336,6 +336,8 @@ def _entries() -> list[CorpusEntry]:
         CorpusEntry("vit_b_16", "vision-transformer", tv, _vit_b_16),
         CorpusEntry("lraspp_mobilenet_v3_large", "segmentation", tv, _segmentation("lraspp_mobilenet_v3_large")),
         CorpusEntry("timm_convnext_atto", "cnn", "timm", _timm_model("convnext_atto")),
+        # YOLOv5's backbone (CSP stages, Focus stem, SiLU), as timm configures it: the YOLO-style CNN of issue 52
+        CorpusEntry("timm_cs3darknet_focus_s", "cnn", "timm", _timm_model("cs3darknet_focus_s")),
         CorpusEntry("timm_mobilevit_xxs", "mobile-cnn", "timm", _timm_model("mobilevit_xxs")),
         CorpusEntry("timm_vit_tiny", "vision-transformer", "timm",
                     _timm_model("vit_tiny_patch16_224", small_res=32, img_size=32, patch_size=8, depth=2)),

@@ -1,7 +1,10 @@
-"""ONNX Runtime as the reference implementation (outputs to match) and the peer to time against."""
+"""ONNX Runtime as the reference implementation (outputs to match) and the peer to time against; OpenVINO as a
+second peer (the benchmarks)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,6 +28,36 @@ def onnxruntime_session(model: Model | bytes, n_threads: int, profile: bool = Fa
     opts.log_severity_level = 3
     opts.enable_profiling = profile
     return ort.InferenceSession(onnx_bytes, opts, providers=["CPUExecutionProvider"])
+
+
+def openvino_session(model: Model | bytes | str | os.PathLike, n_threads: int
+                     ) -> Callable[[dict[str, np.ndarray]], list[np.ndarray]]:
+    """OpenVINO's CPU plugin for an ONNX model, an ONNX file's bytes or its path, as a call made the way ONNX
+    Runtime's ``session.run`` is: a feed (input name -> numpy array) in, the outputs in the graph's order out (new
+    numpy arrays), one inference per call on one infer request (so one call at a time). The plugin's defaults but
+    what a fair comparison needs: the latency hint (one stream, one inference at a time), ``n_threads`` threads,
+    and float32 inference precision -- on a CPU with AMX or AVX512-BF16 the plugin's default is bf16, whose outputs
+    would not match ONNX Runtime's (nor compare with autosched's float32)."""
+    try:
+        import openvino as ov
+        import openvino.properties as props
+        import openvino.properties.hint as hints
+    except ImportError as err:
+        raise UserInputError("comparing with OpenVINO needs the bench extra: pip install 'autosched[bench]'") from err
+    if isinstance(model, Model):
+        if model.onnx_bytes is None:
+            raise UserInputError(f"{model.name} is not an ONNX model: OpenVINO cannot run it")
+        model = model.onnx_bytes
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(model if isinstance(model, bytes) else os.fspath(model)), "CPU", {
+        hints.performance_mode: hints.PerformanceMode.LATENCY, props.inference_num_threads: n_threads,
+        hints.inference_precision: ov.Type.f32})
+    request = compiled.create_infer_request()
+
+    def run(feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return list(request.infer(feed).to_tuple())  # copies of the request's output tensors (share_outputs=False)
+
+    return run
 
 
 def has_qdq(onnx_bytes: bytes | None) -> bool:

@@ -13,11 +13,13 @@ its default schedule (``mark_cheap``). A transformer's GELU is elementwise but c
 its share keeps it in the search.
 
 Warm-up: without a time limit every searched task gets one round (largest contribution first) before any
-task gets a second. With a time limit a task without a round competes with the others, its expected gain
-being its whole contribution, so the heaviest tasks may get second rounds before the lightest get a first,
-and the time decides how far down the list the search gets. A round is only started if it is expected
-(from the seconds per trial of the rounds so far) to end before the time runs out; the last one is shortened
-to fit.
+task gets a second. With a time limit, every task of at least ``warmup_share`` of the estimate (its default
+schedule already measured) gets one round before any task gets a second, heaviest first; the lighter ones
+compete with the others, their expected gain being their whole contribution, and the time decides how far down
+the list the search gets. (Without that floor, a five-minute run of a YOLO-style detector gave its heaviest
+convolutions third and fourth rounds while most of the others, 7-17 GFLOPS on their defaults, got none.) A
+round is only started if it is expected (from the seconds per trial of the rounds so far) to end before the time
+runs out; the last one is shortened to fit.
 
 Many workers, one database: each worker runs its own scheduler over the shared counts (``observe`` takes in what
 the others measured), skips the tasks they hold (``busy``) and leaves the trials of their rounds in flight
@@ -35,6 +37,7 @@ from autosched.tasks import Task
 INF = float("inf")
 CHEAP_PATTERNS = frozenset({"elementwise", "broadcast", "injective"})
 TINY_REDUCTION_FLOPS = 1e6  # a reduction under this many FLOPs per call is as cheap as an elementwise kernel
+WARMUP_SHARE = 0.02  # with a time limit, tasks of at least this share of the estimate get a first round early
 NAIVE_FLOPS_PER_S = 1e9  # an unscheduled loop nest on these CPUs: 1-3 GFLOPS (ResNet-50 convs, a GPT-2 LM head)
 
 
@@ -98,7 +101,7 @@ def mark_cheap(states: list[TaskState], max_share: float) -> None:
 
 class TaskScheduler:
     def __init__(self, states: list[TaskState], total_trials: int | None, round_trials: int = 8,
-                 backward_weight: float = 0.5, stale_decay: float = 0.75):
+                 backward_weight: float = 0.5, stale_decay: float = 0.75, warmup_share: float = WARMUP_SHARE):
         """``total_trials``: measurements of all tasks together (earlier runs included); None = no limit.
         ``stale_decay``: the forward bound's factor for each round in a row that found nothing better. A heavy
         task's search often stalls for 3-4 rounds before it improves again (MobileNetV2's heaviest convolution at
@@ -109,7 +112,7 @@ class TaskScheduler:
         threads ran 1.07-1.11x the old rule's, mostly search luck on its FFN matmuls, and with micro-kernel seeds
         (spaces/microkernel.py) 0.88x the old rule's run (one process, paired; README, "Micro-kernel seeds")."""
         self.states, self.total_trials, self.round_trials = states, total_trials, round_trials
-        self.backward_weight, self.stale_decay = backward_weight, stale_decay
+        self.backward_weight, self.stale_decay, self.warmup_share = backward_weight, stale_decay, warmup_share
         self.reserved = 0  # trials of other workers' rounds in flight (claimed, not yet measured)
 
     @property
@@ -163,7 +166,9 @@ class TaskScheduler:
         fresh = [s for s in open_states if self._fresh(s)]
         if fresh and time_left_s == INF:  # warm-up: every task gets one round first, heaviest first
             return max(fresh, key=self._expected_gain)  # a fresh task's gain: its whole (ranking) contribution
-        return max(open_states, key=self._expected_gain)
+        floor = self.warmup_share * sum(s.task.weight * s.ranking_s for s in self.states)
+        heavy = [s for s in fresh if s.task.weight * s.ranking_s >= floor]
+        return max(heavy or open_states, key=self._expected_gain)  # with a time limit: the heavy ones warm up
 
     def round_size(self, s: TaskState, time_left_s: float = INF) -> int:
         """A round's trials: what is left of the trial budget, and what is expected to end within ``time_left_s``

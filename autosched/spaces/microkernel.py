@@ -17,10 +17,13 @@ Only float32 blocks with one tiled block per function get seeds (low-precision k
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autosched._tvm import arg_specs
-from autosched.spaces.trace_space import TraceSearchSpace, divisors
+from autosched.spaces.tiling import divisors
+
+if TYPE_CHECKING:
+    from autosched.spaces.trace_space import TraceSearchSpace
 
 REGISTER_TILES = ((12, 2), (6, 4), (8, 2), (14, 2))  # (rows, vectors of columns): 24, 24, 16, 28 accumulators
 # AVX2 and SSE have 16 vector registers, not AVX-512's 32: 12 accumulators at most (BLIS's Haswell kernel is 6 x 2)
@@ -28,6 +31,10 @@ REGISTER_TILES_16 = ((6, 2), (4, 3), (3, 4), (8, 1))
 PANEL_COLUMNS = 192  # output columns of one parallel chunk (12 float32 vectors on AVX-512)
 REDUCTION_STEP = 3  # reduction iterations unrolled inside the register tile
 UNROLL = 512  # the deepest explicit unroll of parallel_vectorize_unroll
+# A task's default schedule (``TraceSearchSpace.default_schedule``) unrolls less: as fast on ResNet-50's 3x3
+# convolutions (150 vs 80-118 GFLOPS, 2 threads, AVX-512) and 2-15x cheaper to build (0.15 s instead of 0.8-2.3 s),
+# which a model's compile pays once per group
+DEFAULT_UNROLL = 64
 
 
 def register_tiles(vector_bits: int) -> tuple[tuple[int, int], ...]:
@@ -40,12 +47,12 @@ def _below(extent: int, want: int) -> int:
     return max(d for d in divisors(extent) if d <= max(want, 1))
 
 
-def microkernel_params(space: TraceSearchSpace, vector_bits: int,
-                       n: int = len(REGISTER_TILES)) -> list[dict[str, Any]]:
+def microkernel_params(space: TraceSearchSpace, vector_bits: int, n: int = len(REGISTER_TILES),
+                       unroll: int = UNROLL) -> list[dict[str, Any]]:
     """Up to ``n`` settings of the space's first multi-level-tiled design (spatial tilings at four levels, reduction
     tilings at two), one per register tile of ``register_tiles(vector_bits)``: the last spatial axis is the vector
     axis, the last other spatial axis of at least 4 holds the rows. [] where the function is not all float32 or has
-    no such design."""
+    no such design. ``unroll``: the explicit unroll depth, where the design offers it."""
     if not _all_float32(space):
         return []
     lanes = max(vector_bits // 32, 1)
@@ -75,8 +82,8 @@ def microkernel_params(space: TraceSearchSpace, vector_bits: int,
                     level = int(knob.name.rsplit("tile", 1)[1])
                     params[knob.name] = divisors(knob.extent).index(factors[inst][level - 1])
             for knob in space.categorical_knobs(design):
-                if UNROLL in knob.choices:
-                    params[knob.name] = knob.choices.index(UNROLL)
+                if unroll in knob.choices:
+                    params[knob.name] = knob.choices.index(unroll)
             if params not in out:
                 out.append(params)
         return out

@@ -36,6 +36,8 @@ class SpaceSettings:
     stream_reductions: bool = False  # one more design for reductions along a kept axis (spaces/streaming.py)
     partition_concats: bool = False  # one more design for concatenations (spaces/concat.py)
     serial_small: bool = False  # one more design for small functions: the default without threads (spaces/serial.py)
+    row_reductions: bool = False  # one more design for norms and softmaxes (spaces/row_reduction.py)
+    rule_defaults: bool = False  # a task's default schedule by its pattern (TraceSearchSpace.default_schedule)
 
     def prepare(self, mod: IRModule) -> IRModule:
         """The PrimFunc the space schedules: ``mod`` with the ``fast_math`` rewrite (itself if there is none)."""
@@ -108,6 +110,8 @@ def _settings(path: Path, raw: dict[str, Any]) -> SpaceSettings:
         stream_reductions=bool(raw.get("designs", {}).get("stream_reductions", False)),
         partition_concats=bool(raw.get("designs", {}).get("partition_concats", False)),
         serial_small=bool(raw.get("designs", {}).get("serial_small", False)),
+        row_reductions=bool(raw.get("designs", {}).get("row_reductions", False)),
+        rule_defaults=bool(raw.get("designs", {}).get("rule_defaults", False)),
     )
 
 

@@ -33,45 +33,14 @@ from autosched._tvm import (
 from autosched.errors import InvalidConfig
 from autosched.spaces.base import SearchSpace
 from autosched.spaces.concat import partitioned_concat_design
+from autosched.spaces.microkernel import DEFAULT_UNROLL, microkernel_params
+from autosched.spaces.row_reduction import row_reduction_design
 from autosched.spaces.serial import serial_design
 from autosched.spaces.settings import SpaceSettings
 from autosched.spaces.streaming import streaming_reduction_design
+from autosched.spaces.tiling import decode_tile, divisors, refit_tile  # noqa: F401 - refit_tile: importers
 
 log = logging.getLogger("autosched.spaces")
-
-
-@functools.lru_cache(maxsize=4096)
-def divisors(n: int) -> tuple[int, ...]:
-    return tuple(d for d in range(1, n + 1) if n % d == 0)
-
-
-def decode_tile(extent: int, n_levels: int, max_innermost: int, indices: list[int]) -> tuple[int, ...]:
-    """Knob indices (levels 1..n-1, ordinal in the divisors of ``extent``) -> a perfect tiling of ``extent``.
-
-    Decoded innermost first; each level is snapped down to a divisor of what is left, the outermost level
-    takes the rest. Every input is legal and a larger index never gives a smaller tile.
-    """
-    divs, left, factors = divisors(extent), extent, []
-    for level in range(n_levels - 1, 0, -1):
-        want = divs[min(indices[level - 1], len(divs) - 1)]
-        if level == n_levels - 1:
-            want = min(want, max_innermost)
-        factor = max(d for d in divisors(left) if d <= want)
-        factors.append(factor)
-        left //= factor
-    return (left, *reversed(factors))
-
-
-def refit_tile(factors: list[int], extent: int) -> tuple[int, ...]:
-    """A perfect tiling of ``extent`` close to ``factors`` (a tiling of another extent): from the innermost level
-    out, each level keeps the largest divisor of what is left no larger than its old factor (register and
-    vector tiles survive where they divide), and the outermost level takes the rest."""
-    left, inner = extent, []
-    for factor in reversed(factors[1:]):
-        kept = max(d for d in divisors(left) if d <= max(int(factor), 1))
-        inner.append(kept)
-        left //= kept
-    return (left, *reversed(inner))
 
 
 def _level(knob_name: str) -> int:
@@ -157,6 +126,12 @@ class TraceSearchSpace(SearchSpace):
             if concat is not None:
                 self.designs.append(concat)
                 self.concat_design = len(self.designs) - 1
+        self.row_design: int | None = None  # its index, where the function is a norm or softmax (row_reduction.py)
+        if settings.row_reductions and target.kind.name == "llvm":
+            rows = row_reduction_design(self.mod, target)
+            if rows is not None:
+                self.designs.append(rows)
+                self.row_design = len(self.designs) - 1
         self.serial_design: int | None = None  # its index, where the function is small (spaces/serial.py)
         self.serial_source: int | None = None  # the design it is a serial copy of
         if settings.serial_small and target.kind.name == "llvm":
@@ -415,10 +390,24 @@ class TraceSearchSpace(SearchSpace):
         return [as_python(trace.decisions[i]) for i in trace.insts if i.kind.name in SAMPLE_KINDS]
 
     def default_schedule(self) -> tuple[dict[str, Any], Schedule] | None:
-        """The first design whose own decisions are a legal schedule: (its params, the schedule); None if none.
-        The streaming design, where there is one, comes first: it reads its input in order, the rules' first
-        design along a stride (or, for a pooling window, through an rfactor of it: 82 ms instead of 0.1 ms);
-        so does the partitioned concatenation (no choice between inputs per element)."""
+        """The task's schedule without search, by rule (the CPU counterpart of dlight's GPU rules), where
+        ``[designs] rule_defaults`` is on: a float32 matmul or convolution as a register-blocked micro-kernel
+        (``microkernel_params``' first tile, unrolled ``DEFAULT_UNROLL``: 100-240 GFLOPS on ResNet-50's
+        convolutions at 2 threads where the rules' first design's own decisions ran 7-33); else the design of its
+        pattern, with vectors as wide as the CPU's: the streaming design of a reduction along a kept axis (which
+        reads its input in order, the rules' first design along a stride, or, for a pooling window, through an
+        rfactor of it: 82 ms instead of 0.1 ms), the partitioned concatenation (no choice between inputs per
+        element), the row design of a norm or softmax (BERT's softmax: 0.1 GFLOPS in the rules' first design);
+        else the first design whose own decisions are legal. Returns (its params, the schedule); None if none is
+        legal."""
+        if self.settings.rule_defaults and self.target.kind.name == "llvm":
+            from autosched._tvm import llvm_vector_bits
+
+            for params in microkernel_params(self, llvm_vector_bits(self.target), unroll=DEFAULT_UNROLL):
+                try:
+                    return params, self.apply(params)
+                except (InvalidConfig, RuntimeError, ValueError):
+                    continue
         for design in self._preferred_order():
             found = self._own_decisions(design)
             if found is not None:
@@ -436,7 +425,7 @@ class TraceSearchSpace(SearchSpace):
     def _preferred_order(self) -> list[int]:
         """The designs in the order ``default_schedule`` tries them; a serial copy (spaces/serial.py) last."""
         order = [d for d in range(len(self.designs)) if d != self.serial_design]
-        for own in (self.streaming_design, self.concat_design):
+        for own in (self.streaming_design, self.concat_design, self.row_design):
             if own is not None:
                 order.insert(0, order.pop(order.index(own)))
         return order
@@ -452,12 +441,12 @@ class TraceSearchSpace(SearchSpace):
 
     def default_params(self, design: int = 0) -> dict[str, Any]:
         """Knob values that reproduce the design trace's own (randomly sampled) decisions, where encodable; for the
-        streaming design, vectors of 16 lanes (AVX-512's float32 width) or the widest below that divides."""
+        streaming and row designs, vectors of 16 lanes (AVX-512's float32 width) or the widest below that divides."""
         params: dict[str, Any] = {"design": design}
         trace = self.designs[design]
         for k in self._knobs[design]:
             decision = trace.decisions[k.inst]
-            if k.kind == "SamplePerfectTile" and self._origin(design) == self.streaming_design:
+            if k.kind == "SamplePerfectTile" and self._origin(design) in (self.streaming_design, self.row_design):
                 divs = divisors(k.extent)
                 params[k.name] = divs.index(max(d for d in divs if d <= STREAMING_LANES))
             elif k.kind == "SamplePerfectTile":

@@ -124,15 +124,22 @@ def test_a_round_only_starts_if_it_is_expected_to_end_in_time_and_the_last_one_i
     assert TaskScheduler(before_any_round, None).next_task(0.9) is None
 
 
-def test_with_a_time_limit_heavy_tasks_get_second_rounds_before_light_tasks_get_a_first():
-    contributions = {"t0": 40e-3, "t1": 25e-3, "t2": 2e-3, "t3": 1e-3}  # latency per task, weight 1
+def test_with_a_time_limit_tasks_above_a_share_warm_up_first_and_lighter_ones_wait():
+    contributions = {"t0": 40e-3, "t1": 25e-3, "t2": 2e-3, "t3": 0.5e-3}  # latency per task, weight 1
     improve = dict.fromkeys(contributions, 0.8)
     timed = TaskScheduler([_state(n, 1, c) for n, c in contributions.items()], None, round_trials=8)
+    assert timed.warmup_share == 0.02  # t2 is 3 % of the estimate, t3 0.7 %
     order = []
     while len(order) < 6 and (s := timed.next_task(time_left_s=1e3)) is not None:
         timed.update(s, s.n_trials + 8, s.estimate_s * improve[s.task.name], exhausted=False)
         order.append(s.task.name)
-    assert order == ["t0", "t1", "t0", "t1", "t0", "t1"]  # t2 and t3 wait for the time that is left
+    assert order == ["t0", "t1", "t2", "t0", "t1", "t0"]  # t3 waits for the time that is left
+    no_floor = TaskScheduler([_state(n, 1, c) for n, c in contributions.items()], None, warmup_share=1.0)
+    order = []
+    while len(order) < 4 and (s := no_floor.next_task(time_left_s=1e3)) is not None:
+        no_floor.update(s, s.n_trials + 8, s.estimate_s * improve[s.task.name], exhausted=False)
+        order.append(s.task.name)
+    assert order == ["t0", "t1", "t0", "t1"]  # by expected gain alone: second rounds before t2's first
     untimed = TaskScheduler([_state(n, 1, c) for n, c in contributions.items()], 48, round_trials=8)
     assert _drive(untimed, improve)[:4] == ["t0", "t1", "t2", "t3"]  # no time limit: everyone warms up first
 
