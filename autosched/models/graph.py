@@ -19,6 +19,7 @@ import numpy as np
 from autosched._tvm import IRModule, PrimFunc, Target, estimate_flops, relax, tvm
 from autosched.errors import GraphError
 from autosched.models.amx import amx_matmuls, is_hand_kernel
+from autosched.models.attention import fuse_attention
 from autosched.models.constant_folding import fold_simple_constants
 from autosched.models.op_fixes import fix_operator_patterns
 from autosched.models.padding import pad_awkward_matmuls
@@ -71,6 +72,7 @@ GRAPH_PASSES: list[GraphPass] = [
     GraphPass("fold permutes and arithmetic of constants (numpy)", lambda: fold_simple_constants),
     GraphPass("fold constants", T.FoldConstant),
     GraphPass("eliminate dead code", T.DeadCodeElimination),
+    GraphPass("fuse attention: softmax(Q K^T + mask) V as one kernel", lambda: fuse_attention),
     GraphPass("move reshapes below matmuls and elementwise ops (epilogues fuse)", lambda: sink_reshapes),
     GraphPass("pad matmul extents no tile divides (197 tokens, 50257 words)", lambda: pad_awkward_matmuls),
     GraphPass("convolutions to NHWC layout", _nhwc_convolutions),  # after DCE: it segfaults on unused BN outputs

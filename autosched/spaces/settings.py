@@ -37,6 +37,7 @@ class SpaceSettings:
     partition_concats: bool = False  # one more design for concatenations (spaces/concat.py)
     serial_small: bool = False  # one more design for small functions: the default without threads (spaces/serial.py)
     row_reductions: bool = False  # one more design for norms and softmaxes (spaces/row_reduction.py)
+    attention_blocks: bool = False  # one more design for a fused attention (spaces/attention.py)
     rule_defaults: bool = False  # a task's default schedule by its pattern (TraceSearchSpace.default_schedule)
 
     def prepare(self, mod: IRModule) -> IRModule:
@@ -111,6 +112,7 @@ def _settings(path: Path, raw: dict[str, Any]) -> SpaceSettings:
         partition_concats=bool(raw.get("designs", {}).get("partition_concats", False)),
         serial_small=bool(raw.get("designs", {}).get("serial_small", False)),
         row_reductions=bool(raw.get("designs", {}).get("row_reductions", False)),
+        attention_blocks=bool(raw.get("designs", {}).get("attention_blocks", False)),
         rule_defaults=bool(raw.get("designs", {}).get("rule_defaults", False)),
     )
 

@@ -31,6 +31,7 @@ from autosched._tvm import (
     ms,
 )
 from autosched.errors import InvalidConfig
+from autosched.spaces.attention import attention_design
 from autosched.spaces.base import SearchSpace
 from autosched.spaces.concat import partitioned_concat_design
 from autosched.spaces.microkernel import DEFAULT_UNROLL, microkernel_params
@@ -111,7 +112,14 @@ class TraceSearchSpace(SearchSpace):
         )
         self.context = ctx  # also what the feature extractor needs
         self._postprocs = list(ctx.space_generator.postprocs)
-        self.designs: list[Trace] = [s.trace for s in ctx.generate_design_space()]
+        blocked = attention_design(self.mod, target) if settings.attention_blocks and target.kind.name == "llvm" \
+            else None
+        try:
+            self.designs: list[Trace] = [s.trace for s in ctx.generate_design_space()]
+        except (ScheduleError, RuntimeError):
+            if blocked is None:
+                raise
+            self.designs = []  # the rules fail on a fused attention (reverse_compute_at): its own design only
         if settings.fuse_epilogues:
             self.designs = most_fused(self.designs)
         self.streaming_design: int | None = None  # its index, where the function has one (spaces/streaming.py)
@@ -132,6 +140,10 @@ class TraceSearchSpace(SearchSpace):
             if rows is not None:
                 self.designs.append(rows)
                 self.row_design = len(self.designs) - 1
+        self.attention_design: int | None = None  # its index, for a fused attention (spaces/attention.py)
+        if blocked is not None:
+            self.designs.append(blocked)
+            self.attention_design = len(self.designs) - 1
         self.serial_design: int | None = None  # its index, where the function is small (spaces/serial.py)
         self.serial_source: int | None = None  # the design it is a serial copy of
         if settings.serial_small and target.kind.name == "llvm":
@@ -397,10 +409,11 @@ class TraceSearchSpace(SearchSpace):
         pattern, with vectors as wide as the CPU's: the streaming design of a reduction along a kept axis (which
         reads its input in order, the rules' first design along a stride, or, for a pooling window, through an
         rfactor of it: 82 ms instead of 0.1 ms), the partitioned concatenation (no choice between inputs per
-        element), the row design of a norm or softmax (BERT's softmax: 0.1 GFLOPS in the rules' first design);
+        element), the row design of a norm or softmax (BERT's softmax: 0.1 GFLOPS in the rules' first design), the
+        blockwise design of a fused attention (spaces/attention.py);
         else the first design whose own decisions are legal. Returns (its params, the schedule); None if none is
         legal."""
-        if self.settings.rule_defaults and self.target.kind.name == "llvm":
+        if self.settings.rule_defaults and self.target.kind.name == "llvm" and self.attention_design is None:
             from autosched._tvm import llvm_vector_bits
 
             for params in microkernel_params(self, llvm_vector_bits(self.target), unroll=DEFAULT_UNROLL):
@@ -425,7 +438,7 @@ class TraceSearchSpace(SearchSpace):
     def _preferred_order(self) -> list[int]:
         """The designs in the order ``default_schedule`` tries them; a serial copy (spaces/serial.py) last."""
         order = [d for d in range(len(self.designs)) if d != self.serial_design]
-        for own in (self.streaming_design, self.concat_design, self.row_design):
+        for own in (self.streaming_design, self.concat_design, self.row_design, self.attention_design):
             if own is not None:
                 order.insert(0, order.pop(order.index(own)))
         return order
@@ -446,7 +459,8 @@ class TraceSearchSpace(SearchSpace):
         trace = self.designs[design]
         for k in self._knobs[design]:
             decision = trace.decisions[k.inst]
-            if k.kind == "SamplePerfectTile" and self._origin(design) in (self.streaming_design, self.row_design):
+            if k.kind == "SamplePerfectTile" and self._origin(design) in (self.streaming_design, self.row_design,
+                                                                           self.attention_design):
                 divs = divisors(k.extent)
                 params[k.name] = divs.index(max(d for d in divs if d <= STREAMING_LANES))
             elif k.kind == "SamplePerfectTile":

@@ -1,0 +1,186 @@
+"""Fused attention: softmax(Q Kᵀ · scale + mask) V as one kernel instead of three passes over the scores.
+
+ONNX and PyTorch exporters write attention as matmul(Q, Kᵀ) -> [multiply or divide by a scale] -> [add a mask]
+-> softmax over the last axis -> [where(isnan(p), 0, p), PyTorch's guard for fully masked rows] -> matmul(p, V),
+the scale often folded into Q and Kᵀ beforehand, grouped-query heads already repeated to Q's head count. Unfused,
+the scores tensor (batch x heads x queries x keys floats: 9 MB per head for 1500 frames) is written by the first
+matmul, read and written by the softmax and read by the second: three passes over memory where a fused kernel keeps
+a block of query rows' scores in cache. This pass (a graph rewrite, before legalization) replaces the pattern by one
+call of a PrimFunc computing it in stages named ``attn_*`` (scores, max, exp, sum, weighted values, normalise), which
+the CPU space schedules blockwise over query rows (``spaces/attention.py``): every stage of a block of rows runs
+before the next block's, the rows' scores stay in cache, and the softmax is exact (the whole key row at once, not
+an online rescaling: a key row of 1500 floats is 6 KB).
+
+Matched only where every shape is static, Q, Kᵀ and V share their leading (batch and head) dimensions, softmax is
+over the last axis, the mask broadcasts to the scores, and everything is float32 with at least
+``MIN_KEYS`` keys; elsewhere the graph stays as it was (the unfused path).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autosched._tvm import IRModule, relax, te, tirx, tvm
+
+MIN_KEYS = 256  # shorter key rows: the unfused scores fit in cache, and each matmul tunes on its own as well
+
+
+def _pattern() -> tuple[Any, dict[str, Any]]:
+    from tvm.relax.dpl import is_const, is_op, wildcard
+
+    q, k, v, mask, scale, fill, fill2, neg_inf = (wildcard(), wildcard(), wildcard(), wildcard(), is_const(),
+                                                  is_const(), is_const(), is_const())
+    scores = is_op("relax.matmul")(q, k)
+    scores_r = scores | is_op("relax.reshape")(scores, wildcard())  # [B*H, Sq, Sk] -> [B, H, Sq, Sk]
+    scaled = scores_r | is_op("relax.multiply")(scores_r, scale) | is_op("relax.divide")(scores_r, scale)
+    logits = scaled | is_op("relax.add")(scaled, mask)
+    probs = is_op("relax.nn.softmax")(logits)
+    # PyTorch's guards for fully masked rows: where(isnan(p), 0, p), or where(no key of the row is above -inf, 0, p)
+    nan_guard = is_op("relax.where")(is_op("relax.isnan")(probs), fill, probs)
+    unmasked = is_op("relax.logical_not")(is_op("relax.equal")(logits, neg_inf))  # the same logits (one match)
+    row_masked = is_op("relax.logical_not")(is_op("relax.astype")(is_op("relax.max")(is_op("relax.astype")(unmasked))))
+    row_guard = is_op("relax.where")(row_masked, fill2, probs)
+    guarded = probs | nan_guard | row_guard
+    spread = guarded | is_op("relax.broadcast_to")(guarded, wildcard())
+    flat = spread | is_op("relax.reshape")(spread, wildcard())  # back to the matmul's [B*H, Sq, Sk]
+    out = is_op("relax.matmul")(flat, v)
+    return out, {"q": q, "k": k, "v": v, "mask": mask, "scale": scale, "fill": fill, "fill2": fill2,
+                 "neg_inf": neg_inf, "scaled": scaled, "logits": logits, "probs": probs, "nan_guard": nan_guard,
+                 "row_guard": row_guard, "unmasked": unmasked, "spread": spread, "flat": flat, "out": out}
+
+
+def _static(expr: Any) -> tuple[tuple[int, ...], str] | None:
+    """(shape, dtype) of a tensor of static shape; None otherwise."""
+    ty = getattr(expr, "ty", None)
+    shape = getattr(ty, "shape", None)
+    if shape is None or not hasattr(shape, "values"):
+        return None
+    try:
+        return tuple(int(d) for d in shape.values), str(ty.dtype)
+    except (TypeError, ValueError):
+        return None
+
+
+def _scalar(const: Any) -> float | None:
+    value = const.value.numpy()
+    return float(value.reshape(())) if value.size == 1 else None
+
+
+def _zeros(const: Any) -> bool:
+    """A constant of zeros only (a scalar, or zeros_like folded into a whole tensor)."""
+    value = const.value.numpy()
+    return value.size > 0 and not value.any()
+
+
+def attention_func(q: tuple[int, ...], k: tuple[int, ...], v: tuple[int, ...], mask: tuple[int, ...] | None,
+                   scale: float | None, divide: bool, nan_guard: bool) -> tirx.PrimFunc:
+    """The fused PrimFunc: ``out = softmax(q @ k · scale + mask) @ v`` for Q [..., Sq, D], Kᵀ [..., D, Sk],
+    V [..., Sk, Dv] and a mask that broadcasts to [..., Sq, Sk]; its stages are the ``attn_*`` blocks."""
+    *batch, n_q, depth = q
+    n_k, n_v = k[-1], v[-1]
+    Q, K, V = (te.placeholder(s, "float32", name=n) for s, n in ((q, "q"), (k, "k"), (v, "v")))
+    inputs = [Q, K]
+    M = None
+    if mask is not None:
+        M = te.placeholder(mask, "float32", name="mask")
+        inputs.append(M)
+    inputs.append(V)
+    rank = len(q)
+    d = te.reduce_axis((0, depth), "d")
+    scores = te.compute((*batch, n_q, n_k), lambda *i: te.sum(Q[(*i[:-1], d)] * K[(*i[:-2], d, i[-1])], axis=d),
+                        name="attn_scores")
+
+    def logit(*i: Any) -> Any:
+        x = scores[i]
+        if scale is not None:
+            x = x / tvm.tirx.const(scale, "float32") if divide else x * tvm.tirx.const(scale, "float32")
+        if M is not None:  # broadcast: a dimension of 1 reads index 0; the mask's leading dims align right
+            offset = rank - len(mask)
+            x = x + M[tuple(0 if mask[a] == 1 else i[a + offset] for a in range(len(mask)))]
+        return x
+
+    logits = te.compute((*batch, n_q, n_k), logit, name="attn_logits")
+    j = te.reduce_axis((0, n_k), "j")
+    row_max = te.compute((*batch, n_q), lambda *i: te.max(logits[(*i, j)], axis=j), name="attn_max")
+    exp = te.compute((*batch, n_q, n_k), lambda *i: te.exp(logits[i] - row_max[i[:-1]]), name="attn_exp")
+    j2 = te.reduce_axis((0, n_k), "j2")
+    row_sum = te.compute((*batch, n_q), lambda *i: te.sum(exp[(*i, j2)], axis=j2), name="attn_sum")
+    j3 = te.reduce_axis((0, n_k), "j3")
+    acc = te.compute((*batch, n_q, n_v), lambda *i: te.sum(exp[(*i[:-1], j3)] * V[(*i[:-2], j3, i[-1])], axis=j3),
+                     name="attn_acc")
+
+    def normalise(*i: Any) -> Any:
+        x = acc[i] / row_sum[i[:-1]]
+        return tvm.tirx.Select(tvm.tirx.isnan(x), tvm.tirx.const(0.0, "float32"), x) if nan_guard else x
+
+    out = te.compute((*batch, n_q, n_v), normalise, name="attn_out")
+    func = te.create_prim_func([*inputs, out]).with_attr("op_pattern", 8)  # opaque: a group of its own
+    return func.without_attr("global_symbol")  # named by the module it is added to
+
+
+def _product(dims: tuple[int, ...]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _rewriter(builder: Any, parts: dict[str, Any]) -> Any:
+    def rewrite(expr: Any, matched: dict[Any, Any]) -> Any:
+        q, k, v, probs, out = (_static(matched[parts[n]]) for n in ("q", "k", "v", "probs", "out"))
+        if None in (q, k, v, probs, out) or {q[1], k[1], v[1], probs[1]} != {"float32"}:
+            return expr
+        (q, _), (k, _), (v, _), (probs, _), (out, _) = q, k, v, probs, out
+        lead = probs[:-2]  # the softmax's leading (batch, head) dimensions: the fused kernel's
+        if not (len(q) == len(k) == len(v) >= 2 and q[:-2] == k[:-2] == v[:-2] and _product(q[:-2]) == _product(lead)
+                and probs[-2:] == (q[-2], k[-1]) and q[-1] == k[-2] and k[-1] == v[-2] and k[-1] >= MIN_KEYS
+                and out[-2:] == (q[-2], v[-1]) and int(matched[parts["probs"]].attrs.axis) in (-1, len(probs) - 1)):
+            return expr
+        if parts["spread"] in matched and _static(matched[parts["spread"]])[0] != probs:
+            return expr  # a broadcast that repeats the probabilities
+        mask = matched.get(parts["mask"])
+        mask_shape = None
+        if mask is not None:
+            found = _static(mask)
+            if found is None or found[1] != "float32" or len(found[0]) > len(probs) or any(
+                    m not in (1, s) for m, s in zip(reversed(found[0]), reversed(probs), strict=False)):
+                return expr
+            mask_shape = found[0]
+        scale, divide = None, False
+        if parts["scale"] in matched:
+            scale = _scalar(matched[parts["scale"]])
+            if scale is None:
+                return expr
+            divide = matched[parts["scaled"]].op.name == "relax.divide"
+        guard = parts["nan_guard"] in matched or parts["row_guard"] in matched
+        if parts["nan_guard"] in matched and not _zeros(matched[parts["fill"]]):
+            return expr
+        if parts["row_guard"] in matched and (
+                not _zeros(matched[parts["fill2"]]) or _scalar(matched[parts["neg_inf"]]) != float("-inf")):
+            return expr
+        q4, k4, v4 = (*lead, *q[-2:]), (*lead, *k[-2:]), (*lead, *v[-2:])
+        func = attention_func(q4, k4, v4, mask_shape, scale, divide, guard)
+        gv = builder.add_func(func, "fused_attention")
+        args = [relax.op.reshape(matched[parts[n]], s) if s != shape else matched[parts[n]]
+                for n, s, shape in (("q", q4, q), ("k", k4, k))]
+        args += [*([mask] if mask is not None else []),
+                 relax.op.reshape(matched[parts["v"]], v4) if v4 != v else matched[parts["v"]]]
+        fused = relax.call_tir(gv, args, relax.TensorType((*lead, q[-2], v[-1]), "float32"))
+        return relax.op.reshape(fused, out) if out != (*lead, q[-2], v[-1]) else fused
+
+    return rewrite
+
+
+@tvm.transform.module_pass(opt_level=0, name="FuseAttention")
+def fuse_attention(mod: IRModule, ctx: Any) -> IRModule:
+    """Every matched attention of the module's Relax functions as one call of its fused PrimFunc."""
+    from tvm.relax.dpl import rewrite_call
+
+    pattern, parts = _pattern()
+    builder = relax.BlockBuilder(mod)
+    rewritten = {gv: rewrite_call(pattern, _rewriter(builder, parts), func)
+                 for gv, func in mod.functions_items() if isinstance(func, relax.Function)}
+    out = builder.get()
+    for gv, func in rewritten.items():
+        out[gv] = func
+    return out
