@@ -245,8 +245,9 @@ def _bucket_tasks(args: argparse.Namespace, n_threads: int):
 
 
 def _print_model_table(name: str, result, db_path: str, n_groups: int) -> None:
-    counts = (f"{n_groups} fusion groups -> {result.n_tasks} distinct tasks, {result.n_tuned} tuned, "
-              f"{result.n_default} on default schedules (cheap)"
+    reached = sum(_searched(st) == "searched" for st in result.states)
+    counts = (f"{n_groups} fusion groups -> {result.n_tasks} distinct tasks, {result.n_tuned} to search "
+              f"({reached} searched in this run), {result.n_default} on default schedules (cheap)"
               + (f", {len(result.unmeasured)} not measured (out of time)" if result.unmeasured else ""))
     table = Table(title=f"autosched tune: {name}: {counts}")
     for col in ("task", "pattern", "weight", "schedule", "trials", "untuned", "best", "GFLOPS", "speedup",
@@ -256,7 +257,7 @@ def _print_model_table(name: str, result, db_path: str, n_groups: int) -> None:
     for s in sorted(result.states, key=lambda s: -s.contribution_s):
         speedup = s.untuned_s / s.best_s if s.best_s < float("inf") and s.untuned_s < float("inf") else float("nan")
         table.add_row(s.task.name, s.task.info.get("pattern", ""), str(s.task.weight),
-                      "default (cheap)" if s.cheap else "search", str(s.n_trials), _fmt_s(s.untuned_s),
+                      _searched(s), str(s.n_trials), _fmt_s(s.untuned_s),
                       _fmt_s(s.best_s), _gflops(s.task.flops, s.best_s),
                       f"{speedup:.1f}x" if speedup == speedup else "-", f"{s.contribution_s / total:.0%}")
     out.print(table)
@@ -264,8 +265,18 @@ def _print_model_table(name: str, result, db_path: str, n_groups: int) -> None:
     stop = "; stopped by the time budget" if result.out_of_time else ""
     out.print(f"{name}: {counts}")
     out.print(f"estimated kernel time per inference: {_fmt_s(result.estimated_s)} (untuned {_fmt_s(result.untuned_s)}, "
-              f"{gain:.1f}x); {result.n_new} new measurements in {result.elapsed_s:.0f} s{stop}; database: {db_path}")
+              f"{gain:.1f}x); {result.n_new} new measurements in {result.elapsed_s:.0f} s "
+              f"({result.n_new / max(result.elapsed_s, 1e-9):.1f} per second){stop}; database: {db_path}")
     _print_unchecked([s.task for s in result.states])
+
+
+def _searched(state) -> str:
+    """Whether the run searched the task: "default (cheap)" (kept on its default), "searched", or "default (not
+    reached)" (its search never got a round before the budget ended: it runs its default schedule or the
+    untuned build, whichever was faster)."""
+    if state.cheap:
+        return "default (cheap)"
+    return "searched" if state.n_round_trials or state.round_s else "default (not reached)"
 
 
 def _print_unchecked(tasks: list) -> None:

@@ -77,7 +77,8 @@ class Report:
     generated_at: float
     tasks: list[TaskReport]
     end_to_end: dict[str, Any]  # time_s, estimated_s, untuned_s, final_s, tasks, missing, weights_known
-    time_split: dict[str, Any]  # search_s, build_s, measure_s, other_s, wall_s, n_runs, n_timed, n_trials
+    time_split: dict[str, Any]  # search_s, build_s, measure_s, other_s, wall_s, n_runs, n_timed, n_trials,
+    # trials_per_s (searched trials over the tuning wall time)
     failures: dict[str, int]  # status -> count over every task (OK included)
     predictions: dict[str, Any]  # n, spearman (pooled over tasks)
     notes: list[str]
@@ -274,6 +275,7 @@ def _time_split(tasks: list[TaskReport], clock: TuningClock, notes: list[str]) -
     split["n_runs"] = clock.n_runs
     split["n_timed"] = sum(int(t.timing["n_timed"]) for t in tasks)
     split["n_trials"] = sum(int(t.timing["n_trials"]) for t in tasks)
+    split["trials_per_s"] = split["n_trials"] / clock.wall_s if clock.wall_s > 0 else 0.0
     if split["n_timed"] < split["n_trials"]:
         notes.append(f"the time split covers {split['n_timed']} of {split['n_trials']} searched trials: the others "
                      "were tuned by an autosched that did not record it")

@@ -146,7 +146,9 @@ def _summary(r: Report, Figure) -> str:
 def _split(r: Report, Figure) -> str:
     s = r.time_split
     parts = [*SPLIT_PARTS, "other"]
-    out = ["<h2>Where the time went</h2>"]
+    out = ["<h2>Where the time went</h2>",
+           f"<p>{s['n_trials']} searched trials in {fmt_wall(s['wall_s'])}: "
+           f"<b>{s.get('trials_per_s', 0.0):.2f} trials per second</b>.</p>"]
     if s["wall_s"] > 0:
         fig = Figure(figsize=(7.5, 1.3))
         ax = fig.subplots()

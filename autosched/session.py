@@ -112,6 +112,9 @@ def make_runner(cfg: TuneConfig, device: str = "cpu") -> Runner:
     return LocalRunner(cfg.threads, *args, cutoff_ratio=cfg.cutoff_ratio, flush_cache=bool(cfg.flush_cache))
 
 
+BASELINE_TIMED_ONCE_S = 0.01  # an untuned build whose checking run takes longer is timed by one more run
+
+
 class TuningSession:
     """Owns the worker processes and the scratch folder; use as a context manager."""
 
@@ -206,6 +209,7 @@ class TuningSession:
         cand = Candidate(task.key, {}, mod_json=save_json(untuned(task.mod, task.target)))
         library = self._reference_libraries.pop(task.key, None)  # the reference build is this very build
         builds = [BuildResult(cand, library)] if library else self.builder.build([cand])
+        self.runner.time_once_above(io, BASELINE_TIMED_ONCE_S)
         return self.runner.run(builds, io)[0]
 
     # --- tuning --------------------------------------------------------------------------------------------

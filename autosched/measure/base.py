@@ -30,5 +30,16 @@ class Runner(abc.ABC):
     @abc.abstractmethod
     def run(self, builds: list[BuildResult], io: TaskIO) -> list[MeasureResult]: ...
 
+    def time_once_above(self, io: TaskIO, seconds: float) -> None:
+        """The next candidate of ``io``'s task is timed by one warm run when its checking run takes over
+        ``seconds`` (an untuned baseline: a slow build's latency only ranks the task and bounds its schedules, and
+        one run of a 150 ms convolution says as much as three)."""
+        self.__dict__.setdefault("_next_cutoff_s", {})[io.io_path] = seconds
+
+    def _cutoff_s(self, io: TaskIO, best_s: float | None, ratio: float | None) -> float | None:
+        """The cutoff of the next candidate of ``io``'s task: ``time_once_above``'s, else ``ratio`` x the best."""
+        once = self.__dict__.get("_next_cutoff_s", {}).pop(io.io_path, None)
+        return once if once is not None else best_s * ratio if best_s is not None and ratio else None
+
     def close(self) -> None:
         """Release worker processes."""

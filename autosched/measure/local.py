@@ -141,7 +141,7 @@ class LocalRunner(Runner):
             return MeasureResult(b.status, error=b.error, build_s=b.build_s)
         start = time.perf_counter()
         best = self._best_s.get(io.io_path)
-        cutoff = best * self.cutoff_ratio if best is not None and self.cutoff_ratio else None
+        cutoff = self._cutoff_s(io, best, self.cutoff_ratio)
         try:
             res = self._pool.submit(worker.run, b.artifact_path, io.io_path, io.n_outputs, self.device,
                                     self.repeat, self.min_repeat_ms, self.rtol, self.atol, True, cutoff,

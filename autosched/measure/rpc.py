@@ -133,8 +133,7 @@ class RPCRunner(Runner):
         return f"{self.tracker[0]}:{self.tracker[1]}"
 
     def _submit(self, b: BuildResult, io: TaskIO) -> Future:
-        best = self._best_s.get(io.io_path)
-        cutoff = best * self.cutoff_ratio if best is not None and self.cutoff_ratio else None
+        cutoff = self._cutoff_s(io, self._best_s.get(io.io_path), self.cutoff_ratio)
         return self._pool.submit(worker.run_remote, self.tracker, self.key, b.artifact_path, io.io_path,
                                  io.n_outputs, self.device, self.repeat, self.min_repeat_ms, self.rtol, self.atol,
                                  True, cutoff, self.timeout_s, self.n_threads, self.flush_cache)

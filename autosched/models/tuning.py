@@ -157,11 +157,13 @@ def measure_baselines(session, tasks: list[Task], db: Database, deadline: Deadli
 
 
 def default_candidates(task: Task, db: Database, seed: int) -> list[Candidate]:
-    """The task's default schedule as a candidate (the first design whose own decisions are legal: what
-    ``compile`` uses for a task without records), for a function small enough to run on one thread its serial
-    copy (spaces/serial.py), and the best schedules ``db`` holds of the same task for this CPU at the nearest
-    other thread count and for other CPUs (``borrowed_candidates``), each unless already in ``db``; none if the
-    task has no design space."""
+    """The task's default schedule as a candidate (by rule: ``TraceSearchSpace.default_schedule``, what
+    ``compile`` uses for a task without records), the other register tiles of a float32 matmul's or convolution's
+    micro-kernel (``OTHER_MICROKERNELS``: which tile is fastest depends on the shape, ShuffleNet's 1x1 convolutions
+    over 58 channels ran 16 GFLOPS in the first and 176 in the second), for a function small enough to run on one
+    thread its serial copy (spaces/serial.py), and the best schedules ``db`` holds of the same task for this CPU at
+    the nearest other thread count and for other CPUs (``borrowed_candidates``), each unless already in ``db``;
+    none if the task has no design space."""
     try:
         space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=seed)
     except (RuntimeError, ValueError) as err:
@@ -169,14 +171,36 @@ def default_candidates(task: Task, db: Database, seed: int) -> list[Candidate]:
         return []
     measured = {schedule_key(r.decisions) for r in db.records(task.key)}
     cands = []
-    for found in (space.default_schedule(), space.serial_default()):
+    for found in (space.default_schedule(), *other_microkernels(space), space.serial_default()):
         if found is not None:
             params, sch = found
             cand = Candidate(task.key, params, space.effective_decisions(sch),
                              as_python(sch.trace.as_json(remove_postproc=False)), save_json(sch.mod))
-            if cand.dedup_key() not in measured:
+            if cand.dedup_key() not in measured and all(c.dedup_key() != cand.dedup_key() for c in cands):
                 cands.append(cand)
     return cands + [c for c in borrowed_candidates(task, space, db) if c.dedup_key() not in measured]
+
+
+OTHER_MICROKERNELS = 2  # register tiles measured with a task's default besides its own (cheap builds: unroll 64)
+
+
+def other_microkernels(space: TraceSearchSpace) -> list[tuple[dict[str, Any], Any]]:
+    """Up to ``OTHER_MICROKERNELS`` more micro-kernel settings of a float32 matmul or convolution on a CPU (the
+    default is the first), with their schedules; those the postprocessors reject are left out."""
+    if space.target.kind.name != "llvm" or not space.settings.rule_defaults:
+        return []
+    from autosched._tvm import llvm_vector_bits
+    from autosched.spaces.microkernel import DEFAULT_UNROLL, microkernel_params
+
+    out = []
+    for params in microkernel_params(space, llvm_vector_bits(space.target), unroll=DEFAULT_UNROLL)[1:]:
+        try:
+            out.append((params, space.apply(params)))
+        except (InvalidConfig, RuntimeError, ValueError):
+            continue
+        if len(out) == OTHER_MICROKERNELS:
+            break
+    return out
 
 
 MAX_BORROWED = 3  # best schedules of other targets measured with a task's defaults: 1 thread count, 2 other CPUs

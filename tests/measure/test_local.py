@@ -117,6 +117,22 @@ def test_cutoff_judges_a_warm_run_not_the_cold_checking_run(matmul_task):
     assert slow.status is Status.OK and len(slow.latencies_s) == 1
 
 
+def test_an_untuned_baseline_slower_than_its_cutoff_is_timed_once_and_only_it(matmul_task):
+    """``time_once_above``: the next candidate of the task only (the untuned baseline, whose latency ranks the task
+    and bounds its schedules) is timed by one warm run when its checking run takes longer."""
+    cand = Candidate(matmul_task.key, {}, [0], mod_json=save_json(matmul_task.mod))
+    cfg = TuneConfig(n_threads=1, repeat=3, min_repeat_ms=1)
+    with TuningSession(cfg, matmul_task.target_json) as session:
+        io, runner = session.prepare_io(matmul_task), session.runner
+        runner.time_once_above(io, 1e-9)  # every run is slower than that
+        (once,) = runner.run(session.builder.build([cand]), io)
+        (after,) = runner.run(session.builder.build([cand]), io)
+        runner.time_once_above(io, 60.0)  # no run is slower than that: timed in full
+        (fast,) = runner.run(session.builder.build([cand]), io)
+    assert once.status is Status.OK and len(once.latencies_s) == 1
+    assert len(after.latencies_s) == 3 and len(fast.latencies_s) == 3
+
+
 def test_workers_load_tvm_but_not_pytorch_and_a_restarted_worker_neither():
     import os
 
