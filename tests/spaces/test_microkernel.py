@@ -60,3 +60,13 @@ def test_the_vector_width_is_the_target_cpu_s_own(cpu, bits):
     """From the target's instruction sets, not the machine's (TVM's own query answers 512 for every x86 CPU)."""
     assert llvm_vector_bits(make_target(f'{{"kind": "llvm", "mcpu": "{cpu}"}}')) == bits
     assert llvm_vector_bits(make_target("aarch64")) == 128
+
+
+@pytest.mark.parametrize("n_cols,want,lanes,width", [(112, 32, 16, 16), (144, 32, 16, 16), (256, 32, 16, 32),
+                                                      (40, 32, 16, 8), (58, 32, 16, 29), (112, 16, 8, 16),
+                                                      (96, 64, 16, 48)])
+def test_a_register_tile_s_columns_are_whole_vectors_where_a_divisor_allows(n_cols, want, lanes, width):
+    """112 output channels: 16 (one vector), not 28 (16 + 12 lanes); 58 = 2 x 29 has no whole vector: 29."""
+    from autosched.spaces.microkernel import vector_width
+
+    assert vector_width(n_cols, want, lanes) == width
