@@ -26,7 +26,7 @@ from autosched.tasks import op_task
 from autosched.tune import BASELINE_DECISIONS
 
 ROOT = Path(__file__).resolve().parents[2]
-N_WORKERS, TRIALS, BATCH = 3, 4, 2
+N_WORKERS, TRIALS, BATCH = 3, 8, 2  # 8: each task has its defaults (up to 4) measured and a search round
 
 
 # --- the loop's part, with fakes: no TVM builds ------------------------------------------------------------------
