@@ -159,11 +159,11 @@ def measure_baselines(session, tasks: list[Task], db: Database, deadline: Deadli
 def default_candidates(task: Task, db: Database, seed: int) -> list[Candidate]:
     """The task's default schedule as a candidate (by rule: ``TraceSearchSpace.default_schedule``, what
     ``compile`` uses for a task without records), the other register tiles of a float32 matmul's or convolution's
-    micro-kernel (``OTHER_MICROKERNELS``: which tile is fastest depends on the shape, ShuffleNet's 1x1 convolutions
-    over 58 channels ran 16 GFLOPS in the first and 176 in the second), for a function small enough to run on one
-    thread its serial copy (spaces/serial.py), and the best schedules ``db`` holds of the same task for this CPU at
-    the nearest other thread count and for other CPUs (``borrowed_candidates``), each unless already in ``db``;
-    none if the task has no design space."""
+    micro-kernel, unrolled differently (``OTHER_MICROKERNELS``: which is fastest depends on the shape, ShuffleNet's
+    1x1 convolutions over 58 channels ran 16 GFLOPS in the first tile and 176 in the second), for a function small
+    enough to run on one thread its serial copy (spaces/serial.py), and the best schedules ``db`` holds of the same
+    task for this CPU at the nearest other thread count and for other CPUs (``borrowed_candidates``), each unless
+    already in ``db``; none if the task has no design space."""
     try:
         space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=seed)
     except (RuntimeError, ValueError) as err:
@@ -181,25 +181,30 @@ def default_candidates(task: Task, db: Database, seed: int) -> list[Candidate]:
     return cands + [c for c in borrowed_candidates(task, space, db) if c.dedup_key() not in measured]
 
 
-OTHER_MICROKERNELS = 2  # register tiles measured with a task's default besides its own (cheap builds: unroll 64)
+# register tiles measured with a task's default besides its own (the 2nd and 3rd of ``microkernel_params``) and
+# their unroll depths (cheap builds): MobileNetV2's 1x1 convolution from 144 to 24 channels ran 9.5 GFLOPS in every
+# tile unrolled 64 or 512, and 39-48 in the third tile unrolled 16 or not at all (1 thread)
+OTHER_MICROKERNELS = ((1, 64), (2, 16))
 
 
 def other_microkernels(space: TraceSearchSpace) -> list[tuple[dict[str, Any], Any]]:
-    """Up to ``OTHER_MICROKERNELS`` more micro-kernel settings of a float32 matmul or convolution on a CPU (the
-    default is the first), with their schedules; those the postprocessors reject are left out."""
+    """The ``OTHER_MICROKERNELS`` settings of a float32 matmul or convolution on a CPU (the default is the first
+    tile), with their schedules; those the postprocessors reject, or that the shape makes equal to another, are
+    left out."""
     if space.target.kind.name != "llvm" or not space.settings.rule_defaults:
         return []
     from autosched._tvm import llvm_vector_bits
-    from autosched.spaces.microkernel import DEFAULT_UNROLL, microkernel_params
+    from autosched.spaces.microkernel import microkernel_params
 
     out = []
-    for params in microkernel_params(space, llvm_vector_bits(space.target), unroll=DEFAULT_UNROLL)[1:]:
+    for tile, unroll in OTHER_MICROKERNELS:
+        tiles = microkernel_params(space, llvm_vector_bits(space.target), unroll=unroll)
+        if tile >= len(tiles) or any(tiles[tile] == params for params, _ in out):
+            continue
         try:
-            out.append((params, space.apply(params)))
+            out.append((tiles[tile], space.apply(tiles[tile])))
         except (InvalidConfig, RuntimeError, ValueError):
             continue
-        if len(out) == OTHER_MICROKERNELS:
-            break
     return out
 
 

@@ -147,19 +147,20 @@ def test_time_budget_stops_in_time_with_every_measurement_saved_and_cheap_tasks_
 
 
 def test_a_float32_matmul_s_defaults_include_its_other_micro_kernel_tiles(cpu_target):
-    """Which register tile is fastest depends on the shape: the default (the first tile) and up to
-    ``OTHER_MICROKERNELS`` others are measured before any search, so a task the search never reaches gets the
-    fastest of them."""
+    """Which register tile and unroll depth is fastest depends on the shape: the default (the first tile) and the
+    ``OTHER_MICROKERNELS`` are measured before any search, so a task the search never reaches gets the fastest."""
     from autosched._tvm import llvm_vector_bits
     from autosched.models.tuning import OTHER_MICROKERNELS, default_candidates
     from autosched.spaces.microkernel import DEFAULT_UNROLL, microkernel_params
 
     task = op_task("dense", (96, 256, 384), cpu_target, settings_for(cpu_target).version)
     space = TraceSearchSpace(task.mod, cpu_target, settings_for(cpu_target), seed=0)
-    tiles = microkernel_params(space, llvm_vector_bits(cpu_target), unroll=DEFAULT_UNROLL)
     params = [c.params for c in default_candidates(task, MemoryDatabase(), seed=0)]
-    assert params[0] == space.default_schedule()[0] == tiles[0]
-    assert params[1:1 + OTHER_MICROKERNELS] == tiles[1:1 + OTHER_MICROKERNELS]
+    assert params[0] == space.default_schedule()[0] == microkernel_params(space, llvm_vector_bits(cpu_target),
+                                                                          unroll=DEFAULT_UNROLL)[0]
+    others = [microkernel_params(space, llvm_vector_bits(cpu_target), unroll=unroll)[tile]
+              for tile, unroll in OTHER_MICROKERNELS]
+    assert params[1:1 + len(others)] == others
     assert len({str(p) for p in params}) == len(params)  # nothing twice
 
 
