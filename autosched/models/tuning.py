@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import logging
 import math
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -156,14 +157,17 @@ def measure_baselines(session, tasks: list[Task], db: Database, deadline: Deadli
     return sorted(states, key=lambda s: order[s.task.key])
 
 
-def default_candidates(task: Task, db: Database, seed: int) -> list[Candidate]:
+def default_candidates(task: Task, db: Database, seed: int, siblings: frozenset[str] = frozenset()
+                       ) -> list[Candidate]:
     """The task's default schedule as a candidate (by rule: ``TraceSearchSpace.default_schedule``, what
     ``compile`` uses for a task without records), the other register tiles of a float32 matmul's or convolution's
     micro-kernel, unrolled differently (``OTHER_MICROKERNELS``: which is fastest depends on the shape, ShuffleNet's
     1x1 convolutions over 58 channels ran 16 GFLOPS in the first tile and 176 in the second), for a function small
-    enough to run on one thread its serial copy (spaces/serial.py), and the best schedules ``db`` holds of the same
-    task for this CPU at the nearest other thread count and for other CPUs (``borrowed_candidates``), each unless
-    already in ``db``; none if the task has no design space."""
+    enough to run on one thread its serial copy (spaces/serial.py), the best schedules ``db`` holds of the same
+    task for this CPU at the nearest other thread count and for other CPUs (``borrowed_candidates``), and the
+    refitted best schedules of similar tasks in ``db`` other than ``siblings`` (the model's own tasks, whose bests
+    the search shares: ``transferred_candidates``), each unless already in ``db``; none if the task has no design
+    space."""
     try:
         space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=seed)
     except (RuntimeError, ValueError) as err:
@@ -178,7 +182,49 @@ def default_candidates(task: Task, db: Database, seed: int) -> list[Candidate]:
                              as_python(sch.trace.as_json(remove_postproc=False)), save_json(sch.mod))
             if cand.dedup_key() not in measured and all(c.dedup_key() != cand.dedup_key() for c in cands):
                 cands.append(cand)
-    return cands + [c for c in borrowed_candidates(task, space, db) if c.dedup_key() not in measured]
+    borrowed = borrowed_candidates(task, space, db) + transferred_candidates(task, space, db, siblings)
+    return cands + [c for c in borrowed if c.dedup_key() not in measured]
+
+
+MAX_TRANSFERRED = 2  # best schedules of similar tasks (other sizes, other models) measured with a task's defaults
+
+
+def _stem(name: str) -> str:
+    """A task's name without its numbers: ``fused_conv2d12_add6_relu61`` -> ``fused_conv2d_add_relu``."""
+    return re.sub(r"\d+", "", name)
+
+
+def transferred_candidates(task: Task, space: TraceSearchSpace, db: Database, siblings: frozenset[str] = frozenset(),
+                           k: int = MAX_TRANSFERRED) -> list[Candidate]:
+    """The best schedules of up to ``k`` tasks of the database like this one (the same operators at other sizes: the
+    same name without its numbers, the same target and space version; other models' tasks, or this model's siblings
+    already searched), nearest in FLOPs first, refitted to this task's sizes (``TraceSearchSpace.transfer_params``)
+    and measured with its defaults: a task the search never reaches starts from what a similar task found. Tasks in
+    ``siblings`` are not donors; donors whose best is their untuned build, or whose schedule does not fit this
+    function, are skipped (at most ``2 k`` donors are tried: each costs a replay)."""
+    from autosched._tvm import load_json
+    from autosched.apply import schedule_from_record
+
+    stem = _stem(task.name)
+    donors = [row for row in db.tasks() if row.task_key != task.key and row.task_key not in siblings
+              and row.target == task.target_json
+              and row.space_version == task.space_version and _stem(row.name) == stem]
+    donors.sort(key=lambda row: abs(math.log(max(row.flops, 1.0) / max(task.flops, 1.0))))
+    out: list[Candidate] = []
+    for row in donors[:2 * k]:
+        best = db.best(row.task_key, row.target)
+        if best is None or best.trace_json is None:
+            continue
+        try:
+            params = space.transfer_params(schedule_from_record(load_json(row.workload_json), best).trace)
+            sch = space.apply(params)
+        except (InvalidConfig, RuntimeError, ValueError):  # TVM's ScheduleError is a RuntimeError
+            continue
+        out.append(Candidate(task.key, params, space.effective_decisions(sch),
+                             as_python(sch.trace.as_json(remove_postproc=False)), save_json(sch.mod)))
+        if len(out) == k:
+            break
+    return out
 
 
 # register tiles measured with a task's default besides its own (the 2nd and 3rd of ``microkernel_params``) and
@@ -257,7 +303,7 @@ def measure_defaults(session, scheduler: TaskScheduler, db: Database, deadline: 
             continue
         todo, n_batches = [s for s in todo if s not in batch], n_batches + 1
         try:
-            n_new += _measure_defaults(session, batch, db, report)
+            n_new += _measure_defaults(session, batch, db, report, frozenset(s.task.key for s in scheduler.states))
         finally:
             for s in batch:
                 leases.release(s.task.key)
@@ -269,11 +315,12 @@ SIBLING_PROPOSALS_PER_ROUND = 2  # siblings' bests queued before a task's round 
 DEFAULT_BUILD_PATIENCE = 4  # a default schedule may take this many times the search's build timeout to compile
 
 
-def _measure_defaults(session, batch: list[TaskState], db: Database, report: Callable[[str], None]) -> int:
+def _measure_defaults(session, batch: list[TaskState], db: Database, report: Callable[[str], None],
+                      siblings: frozenset[str] = frozenset()) -> int:
     """A batch's default schedules, built with ``DEFAULT_BUILD_PATIENCE`` times the usual limit: each is built
     once, and is what compile uses where the search found nothing better (an LSTM's 128-way concatenation,
     partitioned, compiles in ~3 s: at the search's 3 s it timed out and the group ran 80x slower untuned)."""
-    cands = [(s, c) for s in batch for c in default_candidates(s.task, db, session.config.seed)]
+    cands = [(s, c) for s in batch for c in default_candidates(s.task, db, session.config.seed, siblings)]
     timeout_s = DEFAULT_BUILD_PATIENCE * session.config.build_timeout_for(session.device)
     builds = session.builder.build([c for _, c in cands], timeout_s=timeout_s) if cands else []
     for (s, cand), build in zip(cands, builds, strict=True):

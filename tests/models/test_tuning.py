@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from conftest import redundant
 
-from autosched._tvm import as_python
+from autosched._tvm import as_python, save_json
 from autosched.config import TuneConfig
-from autosched.db import MemoryDatabase, open_database
+from autosched.db import MemoryDatabase, TaskRow, open_database
 from autosched.errors import UserInputError
 from autosched.measure.base import TaskIO
 from autosched.models.build import TUNED, compile_model
@@ -447,3 +447,32 @@ def test_a_matmul_starts_from_micro_kernel_shaped_schedules():
     assert start_from_microkernels(softmax, strategy(softmax), k=4) == 0
     on_gpu = op_task("matmul", (96, 128, 256), gpu, settings_for(gpu).version)
     assert start_from_microkernels(on_gpu, strategy(on_gpu), k=4) == 0
+
+
+def test_a_task_s_defaults_include_the_refitted_best_of_a_similar_task_in_the_database(cpu_target):
+    """Another model's dense layer of other sizes, tuned: its best schedule, refitted to this task's sizes, is
+    measured with this task's defaults; a task of another operator, or of the same model (its search shares its
+    bests), gives nothing."""
+    from autosched.models.tuning import _stem, transferred_candidates
+    from autosched.tune import to_record
+
+    version = settings_for(cpu_target).version
+    mine, donor = (op_task("dense", shape, cpu_target, version) for shape in ((64, 128, 256), (96, 256, 384)))
+    other_op = op_task("matmul", (32, 32, 32), cpu_target, version)
+    assert _stem(mine.name) == _stem(donor.name) != _stem(other_op.name)
+    db = MemoryDatabase()
+    donor_space = TraceSearchSpace(donor.mod, cpu_target, settings_for(cpu_target))
+    params, sch = donor_space.default_schedule()
+    for task in (donor, other_op):
+        db.commit_task(TaskRow(task.key, task.name, task.target_json, task.space_version, save_json(task.mod),
+                               task.flops, task.info))
+    cand = Candidate(donor.key, params, donor_space.effective_decisions(sch),
+                     as_python(sch.trace.as_json(remove_postproc=False)), save_json(sch.mod))
+    db.commit([to_record(donor, cand, MeasureResult(Status.OK, [1e-4]))])
+    space = TraceSearchSpace(mine.mod, cpu_target, settings_for(cpu_target))
+    (moved,) = transferred_candidates(mine, space, db)
+    assert moved.task_key == mine.key and moved.params == space.transfer_params(sch.trace)
+    space.apply(moved.params)  # legal at this task's sizes
+    assert transferred_candidates(other_op, TraceSearchSpace(other_op.mod, cpu_target, settings_for(cpu_target)),
+                                  db) == []
+    assert transferred_candidates(mine, space, db, siblings=frozenset({donor.key})) == []  # the same model's task
