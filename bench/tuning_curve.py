@@ -95,14 +95,15 @@ def autosched_until(db_path: Path, until: float, out: Path):
     return dst
 
 
-def metaschedule_build(model, target, snapshot: Path):
-    """The fused graph with MetaSchedule's records up to the snapshot applied (others unscheduled), built."""
+def metaschedule_build(model, target, snapshot: Path, fused=None):
+    """The fused graph (``model`` through autosched's rewrites, unless given) with MetaSchedule's records up to the
+    snapshot applied (others unscheduled), built."""
     from autosched._tvm import ms, relax, tirx
     from autosched.models.build import FINISH_PASSES, CompiledModel, _build
     from autosched.models.graph import rewrite, run_passes
     from autosched.tasks import target_json
 
-    fused = rewrite(model.mod, target)
+    fused = fused if fused is not None else rewrite(model.mod, target)
     n_tuned = 0
     if (snapshot / MS_RECORDS).exists():
         db = ms.database.JSONDatabase(path_workload=str(snapshot / MS_WORKLOADS),
@@ -129,12 +130,16 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--out", default="")
     args = p.parse_args()
-    points = sorted(float(x) for x in args.points.split(","))
+    try:
+        points = sorted(float(x) for x in args.points.split(","))
+    except ValueError:
+        p.error(f"--points: seconds separated by commas, got {args.points!r}")
     if points[-1] > args.budget:
         p.error("every point must be within --budget")
     fair_environment(args.threads)
     import autosched
     from autosched.models import corpus
+    from autosched.models.graph import rewrite
     from autosched.models.reference import max_relative_error, onnxruntime_session
     from autosched.tasks import make_target
 
@@ -152,11 +157,12 @@ def main() -> None:
     feed = {spec.name: x for spec, x in zip(model.inputs, inputs, strict=True)}
     want = session.run(None, feed)
     contenders, notes = {"onnxruntime": lambda: session.run(None, feed)}, {}
+    fused = rewrite(model.mod, target)  # the graph every MetaSchedule point is built from
     for t in points:
         db = autosched_until(db_path, as_start + t, work / f"autosched_{t:g}.db")
-        compiled = autosched.compile(model, target, db=db)
+        compiled = autosched.compile(model, target, db=db)  # as a user compiles
         db.close()
-        ms_compiled, n_ms = metaschedule_build(model, target, ms_snapshots[t])
+        ms_compiled, n_ms = metaschedule_build(model, target, ms_snapshots[t], fused)
         for name, c in ((f"autosched@{t:g}", compiled), (f"metaschedule@{t:g}", ms_compiled)):
             err = max_relative_error(c(*inputs), want)
             if err > MAX_ERROR:

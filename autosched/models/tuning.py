@@ -209,7 +209,7 @@ def transferred_candidates(task: Task, space: TraceSearchSpace, db: Database, si
     donors = [row for row in db.tasks() if row.task_key != task.key and row.task_key not in siblings
               and row.target == task.target_json
               and row.space_version == task.space_version and _stem(row.name) == stem]
-    donors.sort(key=lambda row: abs(math.log(max(row.flops, 1.0) / max(task.flops, 1.0))))
+    donors.sort(key=lambda row: flops_distance(row.flops, task.flops))
     out: list[Candidate] = []
     for row in donors[:2 * k]:
         best = db.best(row.task_key, row.target)
@@ -345,9 +345,14 @@ def refresh(scheduler: TaskScheduler, db: Database, leases: Leases) -> set[str]:
     return busy
 
 
+def flops_distance(a: float, b: float) -> float:
+    """How far apart two tasks' FLOPs are: the absolute log ratio."""
+    return abs(math.log(max(a, 1.0) / max(b, 1.0)))
+
+
 def nearest_in_flops(task: Task, tasks: dict[str, Task], keys) -> list[str]:
     """``keys`` of ``tasks``, nearest to ``task`` in FLOPs (log ratio) first; ties keep their order."""
-    return sorted(keys, key=lambda key: abs(math.log(max(tasks[key].flops, 1.0) / max(task.flops, 1.0))))
+    return sorted(keys, key=lambda key: flops_distance(tasks[key].flops, task.flops))
 
 
 def share_sibling_bests(task: Task, strategies: dict, tasks: dict[str, Task], db: Database,

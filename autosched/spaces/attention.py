@@ -6,8 +6,8 @@ blocks, one parallel iteration per (batch, head, block), and computes every stag
 block's scores (rows x keys floats) are written and read while they are in cache instead of going through memory
 three times. The two matmuls inside are register-blocked (rows of the block by one vector of keys or of value
 columns, the reduction between), the exponentials vectorised, the row reductions scalar. Its knobs are sampled
-tilings: the rows per block, the register rows and the vector widths. Appended after the rules' designs (stored
-records keep their design index).
+tilings: the rows per block, the register rows and the vector widths. Appended after the rules' designs, which keep
+their index (a serial copy, appended last, moves one up).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ contiguous axis in several blocks. MetaSchedule's rules schedule each block on i
 locations and rfactor splits: BERT's softmax over 128x128 scores ran 0.1 GFLOPS in the rules' first design, 7x
 slower than TVM's unscheduled build. This is TVM's dlight CPU ``Reduction`` rule (s_tir/dlight/cpu/reduction.py)
 written as a design of the space: its vector splits are sampled tilings (knobs), the widest vector of the CPU or
-less by default. Appended after the rules' designs (stored records keep their design index).
+less by default. Appended after the rules' designs, which keep their index (a serial copy, appended last, moves
+one up).
 """
 
 from __future__ import annotations
