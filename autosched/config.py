@@ -10,12 +10,21 @@ import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from autosched.errors import UserInputError
 
 COST_MODELS = ("xgb", "random", "none")  # what screens the sampler's proposals before measuring
+DEFAULT_DATABASE = "tuning_logs/autosched.db"  # where tune writes, unless told (--db, db=)
+NO_TRIAL_LIMIT = 10**9  # n_trials=0 with a time budget: the clock decides
+
+
+def resolve_threads(n_threads: int | None = None) -> int:
+    """The thread count autosched uses for ``n_threads``: itself if given, else (None or 0) all cores. The one
+    place where "0 = all cores" is decided."""
+    return n_threads or os.cpu_count() or 1
 _SECONDS_PER = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -23,7 +32,7 @@ _SECONDS_PER = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 class TuneConfig:
     n_trials: int = 64  # measured candidates per task (total, including earlier runs on the same database);
     # 0 = no limit (a model tuned with a time budget)
-    time_budget_s: float = 0.0  # models: wall time of the whole run, untuned baselines included; 0 = none
+    time_budget_s: float = 0.0  # wall time of the whole run (a model's: untuned baselines included); 0 = none
     cheap_share: float = 0.01  # models: a task under this share of the untuned latency whose pattern is cheap
     # (elementwise, broadcast, injective, or a reduction under 1 MFLOP) gets its default schedule, measured once,
     # instead of a search; 0 = search every task
@@ -75,8 +84,7 @@ class TuneConfig:
             raise UserInputError(f"time_budget_s must be a number of seconds >= 0 (0 = none), got {budget!r}")
         if not isinstance(share, int | float) or not 0 <= share < 1:
             raise UserInputError(f"cheap_share must be a number in [0, 1), got {share!r}")
-        if self.rpc:
-            parse_tracker_address(self.rpc)
+        _ = self.tracker  # a malformed address is refused here
         if bool(self.rpc) != bool(self.rpc_key):
             raise UserInputError("config: rpc (--rpc HOST:PORT) and rpc_key (--key KEY) go together: give both "
                                  "to measure on a tracker's devices, or neither to measure here")
@@ -93,9 +101,19 @@ class TuneConfig:
             return self
         return dataclasses.replace(self, flush_cache=self.threads == 1)
 
+    @cached_property
+    def tracker(self) -> tuple[str, int] | None:
+        """(host, port) of the RPC tracker ``rpc`` names, parsed once; None: measure on this machine."""
+        return parse_tracker_address(self.rpc) if self.rpc else None
+
     @property
     def threads(self) -> int:
-        return self.n_threads or os.cpu_count() or 1
+        return resolve_threads(self.n_threads)
+
+    @property
+    def trial_limit(self) -> int:
+        """Measured candidates per task: ``n_trials``, or no limit where it is 0 (a time budget decides)."""
+        return self.n_trials or NO_TRIAL_LIMIT
 
     def replace(self, **changes: Any) -> TuneConfig:
         changes = {k: v for k, v in changes.items() if v is not None}

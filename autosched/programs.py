@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from autosched._tvm import IRModule, PrimFunc, Target, relax, te, tvm, tvm_ffi
-from autosched.config import TuneConfig
-from autosched.db import Database, open_database
+from autosched.config import DEFAULT_DATABASE, TuneConfig
+from autosched.db import Database
 from autosched.errors import UserInputError
 from autosched.native_log import quiet_api
 from autosched.spaces.settings import settings_for
-from autosched.tasks import Task, make_target, primfunc_task
+from autosched.tasks import Task, primfunc_task
 
 ACCEPTED = ("a TE tensor or list of tensors, a TIR PrimFunc, an IRModule holding one PrimFunc, or a Relax "
             "IRModule")
@@ -189,17 +189,19 @@ def program_task(program: Any, target: Target, name: str | None = None) -> Task:
 
 
 def _target(target: str | Target, n_threads: int | None) -> Target:
-    return target if isinstance(target, Target) else make_target(target, n_threads)
+    from autosched.api import build_target
+
+    return build_target(target, n_threads)
 
 
 def _model(program: IRModule, name: str | None):
-    from autosched.models.frontends import load_model
+    from autosched.graph.frontends import load_model
 
     return load_model(program, name=name)
 
 
 @quiet_api
-def tune(program: Any, target: str | Target = "llvm", db: str | Database = "tuning_logs/autosched.db",
+def tune(program: Any, target: str | Target = "llvm", db: str | Database = DEFAULT_DATABASE,
          config: TuneConfig | None = None, on_progress: Callable | None = None, name: str | None = None):
     """Tune any tensor program: a TE tensor or list of tensors (inputs, then outputs; outputs alone get their
     inputs in front), a TIR PrimFunc, an IRModule holding one PrimFunc, or a Relax IRModule.
@@ -208,17 +210,13 @@ def tune(program: Any, target: str | Target = "llvm", db: str | Database = "tuni
     returns a ``TuneResult`` whose ``task.key`` is what ``load_kernel``, ``best_module`` and ``autosched show``
     use. A Relax IRModule is tuned like a model (``tune_model``) and returns a ``ModelTuneResult``.
     Unsupported constructs raise ``UserInputError`` with one line naming them."""
-    config = config or TuneConfig()
+    from autosched import api
+
     if is_relax_module(program):
-        from autosched.api import tune_model
-
-        return tune_model(_model(program, name), target, db, config, on_progress)
-    task = program_task(program, _target(target, config.threads), name)
-    from autosched.session import TuningSession
-
-    database = open_database(db)
-    with TuningSession(config, task.target_json) as session:
-        return session.tune(task, database, on_progress)
+        return api.tune_model(_model(program, name), target, db, config, on_progress)
+    config = api.checked_config(config)
+    task = program_task(program, api.tuning_target(target, config), name)
+    return api.tune_planned_task(api.TaskPlan.of(task, config), db, on_progress)[0]
 
 
 @quiet_api
@@ -238,13 +236,13 @@ def compile_program(program: Any, db: str | Database | None = None, target: str 
     task = program_task(program, target)
     if db is None:
         return tvm.compile(task.mod, target=task.target).mod
-    from autosched.api import load_kernel
+    from autosched.api import load_kernel, opened
 
-    database = open_database(db, create=False)
-    if database.task(task.key) is None:
-        raise UserInputError(f"{task.name} (task {task.key}) is not in the database: tune it first, with this "
-                             f"target and thread count ({task.target.attrs.get('num-cores')})")
-    return load_kernel(database, task.key)
+    with opened(db, create=False) as database:
+        if database.task(task.key) is None:
+            raise UserInputError(f"{task.name} (task {task.key}) is not in the database: tune it first, with this "
+                                 f"target and thread count ({task.target.attrs.get('num-cores')})")
+        return load_kernel(database, task.key)
 
 
 # --- programs in Python files (the CLI's --func path.py:name) -----------------------------------------------

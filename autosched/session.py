@@ -107,7 +107,7 @@ def make_runner(cfg: TuneConfig, device: str = "cpu") -> Runner:
         from autosched.measure.rpc import RPCRunner
 
         # n_threads 0: the remote device's own default (all its cores), not this machine's core count
-        return RPCRunner(cfg.rpc, cfg.rpc_key, cfg.n_threads or None, *args, cutoff_ratio=cfg.cutoff_ratio,
+        return RPCRunner(cfg.tracker, cfg.rpc_key, cfg.n_threads or None, *args, cutoff_ratio=cfg.cutoff_ratio,
                          flush_cache=bool(cfg.flush_cache))
     return LocalRunner(cfg.threads, *args, cutoff_ratio=cfg.cutoff_ratio, flush_cache=bool(cfg.flush_cache))
 
@@ -118,13 +118,15 @@ BASELINE_TIMED_ONCE_S = 0.01  # an untuned build whose checking run takes longer
 class TuningSession:
     """Owns the worker processes and the scratch folder; use as a context manager."""
 
-    def __init__(self, config: TuneConfig, target_json: str, builder: Builder | None = None,
+    def __init__(self, config: TuneConfig, target: Target | str, builder: Builder | None = None,
                  runner: Runner | None = None):
+        """``target``: a ``Target`` or its JSON (``Task.target_json``): what the build workers compile for."""
         self.config = config
+        built_for = target if isinstance(target, str) else target_json(target)
         self._tmp = tempfile.TemporaryDirectory(prefix="autosched-")
         self._reference_libraries: dict[str, str] = {}  # task key -> its unscheduled library, until measured
-        self.device = device_kind(Target(json.loads(target_json)))
-        self.builder = builder or LocalBuilder(target_json, config.n_build_workers or None,
+        self.device = device_kind(target if isinstance(target, Target) else Target(json.loads(target)))
+        self.builder = builder or LocalBuilder(built_for, config.n_build_workers or None,
                                                config.build_timeout_for(self.device), work_dir=self._tmp.name)
         if self.device == "cuda":
             use_nvcc_without_nvrtc()  # before the build workers start

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from autosched._tvm import Target, cross_compiler, host_cpu, host_features, llvm_cpus, missing_features, tvm
+from autosched.config import resolve_threads
 from autosched.errors import UserInputError
 
 TARGET_ALIASES = {"llvm": "llvm", "cpu": "llvm", "cuda": "nvidia/nvidia-h100", "gpu": "nvidia/nvidia-h100"}
@@ -69,7 +70,7 @@ def make_target(spec: str, n_threads: int | None = None) -> Target:
 def host_target(n_threads: int | None = None) -> Target:
     """This CPU: LLVM's name for it, plus the instruction sets it reports that LLVM's model of that name lacks
     (``host_features``: a VM's CPU model is often older than its features), ``n_threads`` cores."""
-    config: dict[str, Any] = {"kind": "llvm", "mcpu": host_cpu(), "num-cores": n_threads or os.cpu_count() or 1}
+    config: dict[str, Any] = {"kind": "llvm", "mcpu": host_cpu(), "num-cores": resolve_threads(n_threads)}
     if features := host_features():
         config["mattr"] = features
     return Target(config)
@@ -154,7 +155,7 @@ def cross_cpu_target(name: str, n_threads: int | None = None) -> Target:
         raise UserInputError(f"unknown {family} CPU {mcpu!r} for LLVM: e.g. neoverse-n1, neoverse-v1, neoverse-v2, "
                              "cortex-a72, cortex-a76, apple-m1")
     return Target({"kind": "llvm", "mtriple": triple, "mcpu": mcpu or default_cpu, "mattr": mattr,
-                   "num-cores": n_threads or os.cpu_count() or 1})
+                   "num-cores": resolve_threads(n_threads)})
 
 
 def _triple_arch(target: Target) -> str:

@@ -31,10 +31,10 @@ def main(argv: list[str] | None = None) -> None:
             p.error(f"no such file: {path}")
     fair_environment(args.threads)
     from autosched.db import open_database
-    from autosched.models.build import compile_model
-    from autosched.models.frontends import load_model
-    from autosched.models.graph import rewrite
-    from autosched.models.reference import onnxruntime_session
+    from autosched.deploy.build import compile_model
+    from autosched.deploy.reference import onnxruntime_session
+    from autosched.graph.frontends import load_model
+    from autosched.graph.passes import rewrite
     from autosched.tasks import make_target
     from autosched.timing import time_interleaved
 

@@ -1,4 +1,4 @@
-"""Corpus benchmark: every model of autosched.models.corpus through the whole path, beside its peers.
+"""Corpus benchmark: every model of autosched.corpus.catalog through the whole path, beside its peers.
 
     python bench/corpus.py                                    # every model, full size, 8 trials per task
     python bench/corpus.py --time 600 --models resnet50,bert  # 10 minutes of tuning per model
@@ -71,7 +71,7 @@ class Failed(Exception):
 
 def _step(row: dict, step: str, fn, *args, **kwargs):
     """Run one step of a model, timing it into ``row`` (``<step>_s``); any failure becomes ``Failed``."""
-    from autosched.models.graph import failure_reason
+    from autosched.graph.passes import failure_reason
 
     start = time.perf_counter()
     try:
@@ -87,7 +87,7 @@ def _step(row: dict, step: str, fn, *args, **kwargs):
 def _import(name: str, path: Path, module, inputs, row: dict):
     """The ONNX file through autosched's ONNX import; the PyTorch path where the ONNX importer cannot read it."""
     from autosched.errors import AutoschedError
-    from autosched.models.frontends import load_model
+    from autosched.graph.frontends import load_model
 
     try:
         model = load_model(str(path), name=name)
@@ -105,8 +105,8 @@ def _onnxruntime(path: Path, feed: dict, n_threads: int):
     reference and the peer on either import path."""
     import onnx
 
-    from autosched.models.frontends import InputSpec, Model, onnx_input_dims
-    from autosched.models.reference import onnxruntime_session
+    from autosched.deploy.reference import onnxruntime_session
+    from autosched.graph.frontends import InputSpec, Model, onnx_input_dims
 
     proto = onnx.load(str(path))
     graph_feed = {name: feed[name] for name in onnx_input_dims(proto)}
@@ -119,7 +119,7 @@ def _onnxruntime(path: Path, feed: dict, n_threads: int):
 def _openvino(path: Path, feed: dict, want: list, n_threads: int):
     """(OpenVINO's call on the exported file, its error vs ONNX Runtime's outputs); a peer whose outputs differ is
     never timed."""
-    from autosched.models.reference import max_relative_error, openvino_session
+    from autosched.deploy.reference import max_relative_error, openvino_session
 
     run = openvino_session(path, n_threads)
     error = max_relative_error(run(feed), want)
@@ -149,7 +149,7 @@ def _eager(module, inputs) -> list:
 
 def _tune(args, name: str, tasks, target, db_path: Path, row: dict) -> object | None:
     from autosched import TuneConfig, open_database
-    from autosched.models.tuning import tune_model_tasks
+    from autosched.scheduler.model_tuning import tune_model_tasks
     from autosched.session import TuningSession
     from autosched.tune import Deadline
 
@@ -211,10 +211,10 @@ def peer_ratios(rounds: dict[str, list[float]]) -> dict:
 def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
     import torch
 
-    from autosched.models import corpus
-    from autosched.models.build import compile_model
-    from autosched.models.graph import extract_tasks, fusion_groups, rewrite
-    from autosched.models.reference import max_relative_error
+    from autosched.corpus import catalog as corpus
+    from autosched.deploy.build import compile_model
+    from autosched.deploy.reference import max_relative_error
+    from autosched.graph.passes import extract_tasks, fusion_groups, rewrite
     from autosched.spaces.settings import settings_for
     from autosched.tasks import make_target
 
@@ -431,8 +431,8 @@ def main() -> None:
     if args.repeat < 5:
         p.error("--repeat must be at least 5")
     fair_environment(args.threads)
+    from autosched.corpus import catalog as corpus
     from autosched.errors import UserInputError
-    from autosched.models import corpus
 
     names = [n for n in args.models.split(",") if n] or list(corpus.CORPUS)
     try:

@@ -37,7 +37,7 @@ def export_gpt2(path: Path, positions: int) -> Path:
     """A Hugging Face GPT-2 (2 layers, width 256, random weights) with a symbolic sequence length."""
     import warnings
 
-    from autosched.models import corpus
+    from autosched.corpus import catalog as corpus
 
     torch, tf = corpus.import_library("torch"), corpus.import_library("transformers")
     torch.manual_seed(0)
@@ -113,8 +113,8 @@ def main() -> None:
     import numpy as np
 
     from autosched.api import compile as compile_model
-    from autosched.models.buckets import parse_shape_buckets
-    from autosched.models.reference import max_relative_error, onnxruntime_session
+    from autosched.deploy.buckets import parse_shape_buckets
+    from autosched.deploy.reference import max_relative_error, onnxruntime_session
 
     buckets = parse_shape_buckets([f"seq={args.buckets}"])
     commit = git_commit()  # the code this run loads

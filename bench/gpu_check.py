@@ -48,7 +48,7 @@ class Row:
     autosched_ms: float | None
     torch_ms: float | None
     max_rel_err: float | None
-    graph_ms: float | None = None  # the model built with CUDA graphs (autosched.models.build's cuda_graph)
+    graph_ms: float | None = None  # the model built with CUDA graphs (autosched.deploy.build's cuda_graph)
     error: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -238,9 +238,9 @@ def model_row(name: str, target, seconds: float, dev: Devices, work: Path, repea
 
     from autosched import api
     from autosched.config import TuneConfig
+    from autosched.corpus import zoo
     from autosched.db import open_database
-    from autosched.models import zoo
-    from autosched.models.profiling import profile
+    from autosched.deploy.profiling import profile
 
     module, example = zoo.build(name)
     model = api.load_model(module, example_inputs=example, name=name)

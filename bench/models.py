@@ -7,7 +7,7 @@
     python bench/models.py --models examples --out models_examples   # every example family, from its shipped log
     python bench/models.py --models bert,gpt2-2x256 --spaces shipped,plain --time 180 --out models_spaces
 
-Each model is built in code with random weights (autosched.models.zoo, or autosched.models.corpus for
+Each model is built in code with random weights (autosched.corpus.zoo, or autosched.corpus.catalog for
 ``corpus:NAME``), exported to ONNX and imported from that file, as a user would. It is tuned once, at
 ``--tune-threads`` (whole tuning time measured, setup included), then compiled and timed at every ``--threads``:
 a thread count it was not tuned at borrows the records of the nearest one (counted in the table).
@@ -105,7 +105,7 @@ def search_spaces(variant: str, work: Path):
 
 def _gpt2_small_lm():
     """A Hugging Face GPT-2 of 2 layers, width 256, 64 tokens (the full vocabulary), random weights."""
-    from autosched.models import corpus
+    from autosched.corpus import catalog as corpus
 
     torch, tf = corpus.import_library("torch"), corpus.import_library("transformers")
     torch.manual_seed(0)
@@ -115,7 +115,8 @@ def _gpt2_small_lm():
 
 def _build(name: str, work: Path):
     """(torch module, torch inputs, ONNX path) of a zoo model, ``corpus:NAME`` or ``gpt2-2x256``."""
-    from autosched.models import corpus, zoo
+    from autosched.corpus import catalog as corpus
+    from autosched.corpus import zoo
 
     if name == "gpt2-2x256":
         module, inputs = _gpt2_small_lm()
@@ -138,8 +139,8 @@ def _build(name: str, work: Path):
 
 def _tune(name: str, model, args: argparse.Namespace, work: Path, variant: str = "shipped") -> tuple:
     from autosched import TuneConfig, open_database
-    from autosched.models.graph import extract_tasks, rewrite
-    from autosched.models.tuning import tune_model_tasks
+    from autosched.graph.passes import extract_tasks, rewrite
+    from autosched.scheduler.model_tuning import tune_model_tasks
     from autosched.session import TuningSession
     from autosched.spaces.settings import settings_for
     from autosched.tasks import make_target
@@ -170,8 +171,8 @@ def _tune(name: str, model, args: argparse.Namespace, work: Path, variant: str =
 def _openvino(onnx_bytes: bytes, n: int, feed: dict, want: list) -> tuple:
     """(OpenVINO's call at ``n`` threads on ``feed``, or None; what the times record of it: its error vs ONNX
     Runtime's outputs, or why it is not timed -- not installed, a model it cannot read or compute, wrong outputs)."""
-    from autosched.models.graph import failure_reason
-    from autosched.models.reference import max_relative_error, openvino_session
+    from autosched.deploy.reference import max_relative_error, openvino_session
+    from autosched.graph.passes import failure_reason
 
     try:
         run = openvino_session(onnx_bytes, n)
@@ -190,7 +191,7 @@ def _time_at(n: int, onnx_bytes: bytes, compiled, untuned, module, compiled_modu
     import torch
 
     from autosched._tvm import set_num_threads
-    from autosched.models.reference import onnxruntime_executor_times, onnxruntime_session
+    from autosched.deploy.reference import onnxruntime_executor_times, onnxruntime_session
 
     set_num_threads(n)
     torch.set_num_threads(n)
@@ -239,7 +240,7 @@ def _torch_compiled(module, torch_inputs, row: dict):
 def _example(name: str) -> tuple:
     """An example's model, module, inputs and ONNX bytes, and its shipped tuning log as a read-only database."""
     from autosched.db import open_database
-    from autosched.models.family_example import load_example, prepare
+    from autosched.family_example import load_example, prepare
 
     example, _ = load_example(name.removeprefix("example:"))
     if not example.shipped_log.exists():
@@ -256,8 +257,8 @@ def bench_model(name: str, args: argparse.Namespace, threads: list[int], work: P
     import torch
 
     from autosched import load_model
-    from autosched.models.build import compile_model, compile_unscheduled
-    from autosched.models.reference import max_relative_error, onnxruntime_session
+    from autosched.deploy.build import compile_model, compile_unscheduled
+    from autosched.deploy.reference import max_relative_error, onnxruntime_session
     from autosched.tasks import make_target
 
     variants: dict[str, object] = {}  # search-space variant -> its tuning database (--spaces)

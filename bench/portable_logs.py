@@ -8,7 +8,7 @@ one process, every model compiled for this CPU (``--target llvm``):
   (a) no tuning: no database (every group on its default schedule);
   (b) the shipped log's records of another CPU (``tuning_logs/example_<family>.jsonl.gz``: the CPU it was tuned on,
       e.g. znver5): each group's record timed here against its default and untuned builds at compile time, taken
-      where faster (``autosched.models.foreign``);
+      where faster (``autosched.scheduler.foreign``);
   (c) the shipped log's records of the AVX2 baseline target (``--baseline``, x86-64-v3), the same way;
   (d) ``--time`` of tuning here, started from the whole shipped log (its records seed each task's search);
   (e) ``--time`` of tuning here from scratch;
@@ -38,7 +38,7 @@ MAX_ERROR = 1e-3
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from autosched.config import duration_type
-    from autosched.models.family_example import ExampleParser
+    from autosched.family_example import ExampleParser
 
     p = ExampleParser(description=__doc__.split("\n")[0])
     p.add_argument("--families", default=",".join(FAMILIES), help="comma-separated families (default: all)")
@@ -77,8 +77,8 @@ def _log_databases(shipped: Path, baseline: str, work: Path) -> tuple[dict[str, 
 def bench_family(family: str, args: argparse.Namespace, work: Path) -> dict:
     import autosched
     from autosched.db import open_database
-    from autosched.models.family_example import load_example, prepare
-    from autosched.models.reference import max_relative_error, onnxruntime_session
+    from autosched.deploy.reference import max_relative_error, onnxruntime_session
+    from autosched.family_example import load_example, prepare
     from autosched.tasks import make_target
 
     example, _ = load_example(family)

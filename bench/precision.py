@@ -34,12 +34,12 @@ from common import fair_environment, git_commit, load_now, machine_info, time_in
 def _export(name: str, work: Path) -> tuple[Path, object, object]:
     """(ONNX file, torch module, example input) of a zoo model or ``corpus:NAME`` (full size)."""
     if name.startswith("corpus:"):
-        from autosched.models import corpus
+        from autosched.corpus import catalog as corpus
 
         short = name.removeprefix("corpus:")
         module, (example,) = corpus.build_module(short, "full")
         return corpus.export_onnx(short, work / f"{short}.onnx", "full"), module, example
-    from autosched.models import zoo
+    from autosched.corpus import zoo
 
     module, (example,) = zoo.build(name)
     return zoo.export_onnx(name, work / f"{name}.onnx"), module, example
@@ -82,7 +82,7 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
 
     from autosched._tvm import set_num_threads
     from autosched.api import compile as compile_model
-    from autosched.models.reference import max_relative_error, onnxruntime_session
+    from autosched.deploy.reference import max_relative_error, onnxruntime_session
 
     path, module, example = _export(name, work)
     precisions = args.precisions.split(",")

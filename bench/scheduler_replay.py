@@ -7,7 +7,7 @@ budget, without tuning again (a model's run takes 10 minutes and one run's luck 
 
 ``export`` keeps, per set (a model at a thread count) and database, each task's weight, FLOPs, pattern and its
 best latency after each trial, in the order the run measured them. The replay draws, for every task, the curve
-of one of the set's runs (``--draws`` draws, seeded) and gives ``autosched.models.scheduler.TaskScheduler``
+of one of the set's runs (``--draws`` draws, seeded) and gives ``autosched.scheduler.task_scheduler.TaskScheduler``
 (the code imported) the set's median trial budget: a round of a task reads the task's best from its curve.
 Past a curve's end the task goes on as the set's longest run of it did from the point where that run reached
 the same best (nothing better if it never did). So the replay credits more trials only with what a recorded run
@@ -72,7 +72,7 @@ def export(path: Path, sets: list[str]) -> None:
 def replay(tasks: dict[str, dict], longest: dict[str, list[float]], budget: int, stale_decay: float,
            cheap_share: float, round_trials: int) -> float:
     """The estimated latency (sum of weight x best) after ``budget`` trials shared by the scheduler."""
-    from autosched.models.scheduler import TaskScheduler, TaskState, mark_cheap
+    from autosched.scheduler.task_scheduler import TaskScheduler, TaskState, mark_cheap
     from autosched.tasks import Task
 
     states, curves = [], {}

@@ -38,7 +38,7 @@ def autosched_commit() -> str:
 def _onnx(model: str, work: Path) -> Path:
     if model.endswith(".onnx"):
         return Path(model).expanduser()
-    from autosched.models import corpus
+    from autosched.corpus import catalog as corpus
 
     return corpus.export_onnx(model, work / f"{model}.onnx", "full")
 

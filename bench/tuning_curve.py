@@ -38,7 +38,7 @@ def ms_worker(onnx_path: str, work_dir: str, threads: int, max_trials: int) -> N
     """MetaSchedule's ``tune_relax`` on the model's fused graph (runs until killed or out of trials)."""
     import autosched
     from autosched._tvm import install_fast_inspect, ms
-    from autosched.models.graph import rewrite
+    from autosched.graph.passes import rewrite
     from autosched.tasks import make_target
 
     target = make_target("llvm", threads)
@@ -99,8 +99,8 @@ def metaschedule_build(model, target, snapshot: Path, fused=None):
     """The fused graph (``model`` through autosched's rewrites, unless given) with MetaSchedule's records up to the
     snapshot applied (others unscheduled), built."""
     from autosched._tvm import ms, relax, tirx
-    from autosched.models.build import FINISH_PASSES, CompiledModel, _build
-    from autosched.models.graph import rewrite, run_passes
+    from autosched.deploy.build import FINISH_PASSES, CompiledModel, _build
+    from autosched.graph.passes import rewrite, run_passes
     from autosched.tasks import target_json
 
     fused = fused if fused is not None else rewrite(model.mod, target)
@@ -121,7 +121,7 @@ def main() -> None:
         ms_worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
         return
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="resnet50", help="a corpus model (autosched.models.corpus)")
+    p.add_argument("--model", default="resnet50", help="a corpus model (autosched.corpus.catalog)")
     p.add_argument("--size", choices=("full", "small"), default="full")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--budget", type=float, default=300.0, help="tuning wall seconds per tuner")
@@ -138,9 +138,9 @@ def main() -> None:
         p.error("every point must be within --budget")
     fair_environment(args.threads)
     import autosched
-    from autosched.models import corpus
-    from autosched.models.graph import rewrite
-    from autosched.models.reference import max_relative_error, onnxruntime_session
+    from autosched.corpus import catalog as corpus
+    from autosched.deploy.reference import max_relative_error, onnxruntime_session
+    from autosched.graph.passes import rewrite
     from autosched.tasks import make_target
 
     work = Path(tempfile.mkdtemp(prefix="tuning-curve-"))

@@ -129,3 +129,17 @@ def matmul_task(cpu_target) -> Task:
 @pytest.fixture(scope="session")
 def matmul_space(matmul_task) -> TraceSearchSpace:
     return TraceSearchSpace(matmul_task.mod, matmul_task.target, settings_for(matmul_task.target), seed=0)
+
+
+@pytest.fixture()
+def onnx_file(tmp_path):
+    """Write a ModelProto to a file and return its path."""
+
+    def write(proto, name="model.onnx"):
+        path = tmp_path / name
+        import onnx
+
+        onnx.save(proto, str(path))
+        return path
+
+    return write

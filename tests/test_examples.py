@@ -48,7 +48,7 @@ def test_every_family_ships_a_tuning_log_with_its_target_tvm_and_threads(family)
     import json
 
     from autosched.db import open_database
-    from autosched.models.family_example import load_example
+    from autosched.family_example import load_example
 
     example, _ = load_example(family)
     assert example.name == family and example.shipped_log.exists(), "tune it, then autosched export"
@@ -68,8 +68,8 @@ def test_a_shipped_log_holds_every_task_of_its_example(family):
 
     from autosched._tvm import Target
     from autosched.db import open_database
-    from autosched.models.family_example import load_example, prepare
-    from autosched.models.graph import extract_tasks, rewrite
+    from autosched.family_example import load_example, prepare
+    from autosched.graph.passes import extract_tasks, rewrite
     from autosched.spaces.settings import settings_for
 
     pytest.importorskip("torch")
@@ -88,7 +88,7 @@ def test_every_family_ships_records_of_the_avx2_baseline_too(family):
     """Tuned on an x86-64-v3 target (AVX2 + FMA: any x86-64 CPU of the last ten years runs its code) beside the CPU
     it was tuned on first, so every x86 user gets tuned kernels from ``--time 0`` (each timed at compile time)."""
     from autosched.db import open_database
-    from autosched.models.family_example import load_example
+    from autosched.family_example import load_example
 
     example, _ = load_example(family)
     db = open_database(str(example.shipped_log), create=False)

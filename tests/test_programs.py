@@ -8,10 +8,10 @@ import pytest
 import autosched
 from autosched._tvm import IRModule, cpu_device, te, tirx, tvm
 from autosched.config import TuneConfig
+from autosched.corpus.modules import relax_linear
 from autosched.errors import UserInputError
 from autosched.programs import compile_program, load_program, program_task
 from autosched.tasks import make_target
-from autosched.testing.modules import relax_linear
 
 TINY = TuneConfig(n_trials=4, batch_size=4, n_threads=1, min_repeat_ms=1, seed=0)
 

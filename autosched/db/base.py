@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from autosched.db.leases import LEASE_S, Claim, Leases
 from autosched.records import Status, TuningRecord
 
-if TYPE_CHECKING:
-    from autosched.db.leases import Leases
-
 SCHEMA_VERSION = 2  # v2 (autosched 0.2): records.predicted_score
-LEASE_S = 60.0  # a claim's life after its last renewal: a dead worker's tasks go to the others after this
 
 
 @dataclass
@@ -24,16 +21,6 @@ class TaskRow:
     workload_json: str  # tvm.ir.save_json of the task's IRModule
     flops: float
     info: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A worker's lease on a task: no other worker tunes the task until it is released or expires."""
-
-    task_key: str
-    worker_id: str
-    expires_at: float  # seconds since the epoch, by the database's clock (one clock for all machines)
-    n_trials: int = 0  # measurements the worker plans under it (reserved from a budget shared by the workers)
 
 
 class Database(abc.ABC):
@@ -76,8 +63,6 @@ class Database(abc.ABC):
     def leases(self) -> Leases:
         """This process's claims on the database: one holder (worker id, heartbeat) per Database object."""
         if "_leases" not in self.__dict__:
-            from autosched.db.leases import Leases
-
             self.__dict__["_leases"] = Leases(self)
         return self.__dict__["_leases"]
 
@@ -85,6 +70,17 @@ class Database(abc.ABC):
         """Release connections (and this process's claims)."""
         if "_leases" in self.__dict__:
             self.__dict__["_leases"].close()
+
+    @property
+    def display_name(self) -> str:
+        """How the database is named in output (a URL without its password)."""
+        return type(self).__name__
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # --- concrete helpers on top of the interface ---------------------------------------------------------
     def task(self, task_key: str) -> TaskRow | None:
@@ -99,3 +95,18 @@ class Database(abc.ABC):
     def n_measured(self, task_key: str) -> int:
         """Candidates that were built and run (whatever the outcome); rejected-before-build ones do not count."""
         return sum(r.status is not Status.INVALID for r in self.records(task_key))
+
+
+def display_name(path_or_url: str | Database) -> str:
+    """The database as autosched prints it: a path as given, a URL without its password."""
+    if isinstance(path_or_url, Database):
+        return path_or_url.display_name
+    if "://" not in path_or_url:
+        return path_or_url
+    import sqlalchemy as sa
+
+    try:
+        return sa.make_url(path_or_url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return path_or_url.split("://")[0] + "://..."
+

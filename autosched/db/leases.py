@@ -18,11 +18,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import psutil
-
-from autosched.db.base import LEASE_S, Claim
 
 if TYPE_CHECKING:
     from autosched.db.base import Database
@@ -53,6 +52,19 @@ def _died_here(worker_id: str) -> bool:
 
 def _forever() -> float:
     return float("inf")
+
+
+LEASE_S = 60.0  # a claim's life after its last renewal: a dead worker's tasks go to the others after this
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A worker's lease on a task: no other worker tunes the task until it is released or expires."""
+
+    task_key: str
+    worker_id: str
+    expires_at: float  # seconds since the epoch, by the database's clock (one clock for all machines)
+    n_trials: int = 0  # measurements the worker plans under it (reserved from a budget shared by the workers)
 
 
 class Leases:

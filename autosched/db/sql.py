@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from autosched.db.base import LEASE_S, SCHEMA_VERSION, Claim, Database, TaskRow
+from autosched.db.base import LEASE_S, SCHEMA_VERSION, Claim, Database, TaskRow, display_name
 from autosched.errors import DatabaseError
 from autosched.records import Status, TuningRecord
 
@@ -106,6 +106,11 @@ RELEASE_WAIT_S = 2  # ... and a claim's release (see SQLDatabase.release)
 class SQLDatabase(Database):
     _claims_ready = False  # the claims table is known to exist
 
+    @property
+    def display_name(self) -> str:
+        """The database's path (SQLite) or its URL without the password."""
+        return self.url[len("sqlite:///"):] if self.url.startswith("sqlite:///") else display_name(self.url)
+
     def __init__(self, path_or_url: str, create: bool = True):
         self.url = to_url(path_or_url)
         if self.url.startswith("sqlite:///") and ":memory:" not in self.url:
@@ -169,16 +174,17 @@ class SQLDatabase(Database):
                 self._migrate_v1()
             elif version != SCHEMA_VERSION:
                 raise DatabaseError(
-                    f"database {self.url} has schema version {version}, this autosched reads {SCHEMA_VERSION}: "
+                    f"database {self.display_name} has schema version {version}, this autosched reads "
+                    f"{SCHEMA_VERSION}: "
                     "export it with the autosched that wrote it, or use a new --db"
                 )
             return
         if names:
             raise DatabaseError(
-                f"{self.url} is not an autosched database (it has other tables): pick another --db path"
+                f"{self.display_name} is not an autosched database (it has other tables): pick another --db path"
             )
         if not create:
-            raise DatabaseError(f"{self.url} is empty, not an autosched database: check the --db path")
+            raise DatabaseError(f"{self.display_name} is empty, not an autosched database: check the --db path")
         with self.engine.begin() as conn:  # tables and version in one transaction: never seen half-made
             _META.create_all(conn)
             conn.execute(meta_table.insert(), [{"key": "schema_version", "value": str(SCHEMA_VERSION)},
@@ -189,7 +195,7 @@ class SQLDatabase(Database):
         with self.engine.begin() as conn:
             conn.execute(sa.text("ALTER TABLE autosched_records ADD COLUMN predicted_score FLOAT"))
             conn.execute(meta_table.update().where(meta_table.c.key == "schema_version").values(value="2"))
-        log.info("migrated %s from schema v1 to v2", self.url)
+        log.info("migrated %s from schema v1 to v2", self.display_name)
 
     # --- tasks ---------------------------------------------------------------------------------------------
     def commit_task(self, task: TaskRow) -> None:

@@ -15,6 +15,7 @@ import time
 from concurrent.futures import Future
 
 from autosched._tvm import PopenPoolExecutor
+from autosched.config import resolve_threads
 from autosched.measure import worker
 from autosched.measure.base import Builder, Runner, TaskIO
 from autosched.records import BuildResult, Candidate, MeasureResult, Status
@@ -87,7 +88,7 @@ class LocalBuilder(Builder):
     def __init__(self, target_json: str, n_workers: int | None = None, timeout_s: float = 60.0,
                  work_dir: str | None = None):
         self.target_json = target_json
-        self._pool = _Pool(n_workers or os.cpu_count() or 1, timeout_s)
+        self._pool = _Pool(resolve_threads(n_workers), timeout_s)
         self._other_pools: dict[float, _Pool] = {}  # by timeout: builds given another limit (started when asked)
         self._tmp = tempfile.TemporaryDirectory(prefix="autosched-build-") if work_dir is None else None
         self.work_dir = work_dir or self._tmp.name

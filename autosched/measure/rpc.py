@@ -17,7 +17,6 @@ import struct
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 
-from autosched.config import parse_tracker_address
 from autosched.errors import AutoschedError, UserInputError
 from autosched.measure import worker
 from autosched.measure.base import Runner, TaskIO
@@ -56,10 +55,11 @@ def n_devices(host: str, port: int, key: str) -> int:
     return sum(s["key"] == f"server:{key}" for s in tracker_summary(host, port)["server_info"])
 
 
-def check_tracker(address: str, key: str) -> int:
-    """The number of devices under ``key`` at the tracker ``address``; UserInputError (one line) if the address
-    is malformed, nothing or no tracker answers there, or no device is registered under the key."""
-    host, port = parse_tracker_address(address)
+def check_tracker(tracker: tuple[str, int], key: str) -> int:
+    """The number of devices under ``key`` at the tracker (host, port) (``TuneConfig.tracker``); UserInputError
+    (one line) if nothing or no tracker answers there, or no device is registered under the key."""
+    host, port = tracker
+    address = f"{host}:{port}"
     try:
         summary = tracker_summary(host, port)
     except (OSError, ValueError, json.JSONDecodeError) as err:
@@ -82,10 +82,10 @@ class RPCRunner(Runner):
     Candidates slower than ``cutoff_ratio`` x the best seen for the task on their first run are timed once.
     """
 
-    def __init__(self, tracker: str, key: str, n_threads: int | None = None, timeout_s: float = 30.0,
+    def __init__(self, tracker: tuple[str, int], key: str, n_threads: int | None = None, timeout_s: float = 30.0,
                  repeat: int = 3, min_repeat_ms: int = 25, rtol: float = 1e-3, atol: float = 1e-4,
                  device: str = "cpu", cutoff_ratio: float | None = 3.0, flush_cache: bool = False):
-        self.tracker, self.key = parse_tracker_address(tracker), key
+        self.tracker, self.key = tracker, key
         self.flush_cache = flush_cache
         self.n_threads, self.timeout_s = n_threads, timeout_s
         self.repeat, self.min_repeat_ms, self.rtol, self.atol, self.device = repeat, min_repeat_ms, rtol, atol, device

@@ -1,4 +1,4 @@
-"""One more CPU design, for the fused attention of ``models/attention.py``: blockwise over query rows.
+"""One more CPU design, for the fused attention of ``graph/attention.py``: blockwise over query rows.
 
 The fused PrimFunc computes softmax(Q Kᵀ · scale + mask) V in stages (``attn_scores``, ``attn_logits``,
 ``attn_max``, ``attn_exp``, ``attn_sum``, ``attn_acc``, ``attn_out``). This design splits the query rows into

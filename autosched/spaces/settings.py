@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from autosched._tvm import IRModule, Target, ms
+from autosched.codegen import fast_math
 from autosched.errors import IncompatibleArtefactError, UserInputError
 from autosched.paths import data_dir
-from autosched.spaces import fast_math
 
 SUPPORTED_ENCODINGS = {
     "tile": {"divisor_index"},
@@ -31,7 +31,7 @@ class SpaceSettings:
     knobs: dict[str, str]
     limits: dict[str, int] = field(default_factory=dict)
     checks: dict[str, int] = field(default_factory=dict)
-    fast_math: tuple[str, ...] = ()  # float32 calls rewritten as vectorisable arithmetic (spaces/fast_math.py)
+    fast_math: tuple[str, ...] = ()  # float32 calls rewritten as vectorisable arithmetic (codegen/fast_math.py)
     fuse_epilogues: bool = False  # keep only the designs that fuse the most epilogues into their producer
     stream_reductions: bool = False  # one more design for reductions along a kept axis (spaces/streaming.py)
     partition_concats: bool = False  # one more design for concatenations (spaces/concat.py)

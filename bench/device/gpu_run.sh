@@ -47,7 +47,7 @@ probe
 "$PY" -c "import tvm; d = tvm.cuda(0); print('tvm', tvm.__version__, 'cuda', d.exist, d.compute_version)" || exit 3
 
 echo "== $(date -u +%T) GPU tests"
-TESTS=${TESTS:-tests/measure/test_cuda.py tests/spaces/test_cuda_codegen.py tests/models/test_cuda_models.py}
+TESTS=${TESTS:-tests/measure/test_cuda.py tests/spaces/test_cuda_codegen.py tests/deploy/test_cuda_models.py}
 timeout 240 "$PY" -m pytest -p no:cacheprovider -m gpu -rs -q --timeout 180 $TESTS \
   2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.log" | tail -40
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from autosched.models.family_example import Example, run_example
+from autosched.family_example import Example, run_example
 
 
 class Block(nn.Module):

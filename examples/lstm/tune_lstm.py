@@ -9,7 +9,7 @@ path) and checked against PyTorch; the recurrence is unrolled over the fixed seq
 import torch
 from torch import nn
 
-from autosched.models.family_example import Example, run_example
+from autosched.family_example import Example, run_example
 
 
 class LanguageModel(nn.Module):

@@ -7,7 +7,7 @@
 import torch
 from torch import nn
 
-from autosched.models.family_example import Example, run_example
+from autosched.family_example import Example, run_example
 
 
 def build(small: bool):

@@ -8,7 +8,7 @@ ReLU6, residual where the shape allows), exported to ONNX, tuned, compiled, chec
 import torch
 from torch import nn
 
-from autosched.models.family_example import Example, run_example
+from autosched.family_example import Example, run_example
 
 
 def conv_bn(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1, act: bool = True) -> nn.Sequential:

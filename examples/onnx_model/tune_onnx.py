@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 import autosched
-from autosched.models import zoo
-from autosched.models.family_example import ExampleParser
-from autosched.models.reference import max_relative_error, onnxruntime_session, run_onnxruntime
+from autosched.corpus import zoo
+from autosched.deploy.reference import max_relative_error, onnxruntime_session, run_onnxruntime
+from autosched.family_example import ExampleParser
 
 
 def main() -> None:

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 import autosched
-from autosched.models import zoo
-from autosched.models.family_example import ExampleParser
+from autosched.corpus import zoo
+from autosched.family_example import ExampleParser
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ import numpy as np
 
 import autosched
 from autosched._tvm import relax, tvm
-from autosched.models.family_example import ExampleParser
+from autosched.family_example import ExampleParser
 
 
 def build_module(batch: int, seed: int = 0):

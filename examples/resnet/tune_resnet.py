@@ -9,7 +9,7 @@ bias, residual add and ReLU run in its loop nest.
 import torch
 from torch import nn
 
-from autosched.models.family_example import Example, run_example
+from autosched.family_example import Example, run_example
 
 
 def conv_bn(cin: int, cout: int, kernel: int, stride: int = 1) -> list[nn.Module]:

@@ -10,7 +10,7 @@ import numpy as np
 
 import autosched
 from autosched._tvm import cpu_device, tvm
-from autosched.models.family_example import ExampleParser
+from autosched.family_example import ExampleParser
 
 
 def main() -> None:

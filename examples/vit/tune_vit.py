@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from autosched.models.family_example import Example, run_example
+from autosched.family_example import Example, run_example
 
 
 class Block(nn.Module):  # pre-LN: x + attention(norm(x)), x + mlp(norm(x))

@@ -93,7 +93,7 @@ def test_without_openvino_the_table_has_no_openvino_column_and_says_why(capsys):
 
 
 def test_a_model_openvino_cannot_run_is_a_note_in_its_row(monkeypatch, tmp_path):
-    from autosched.models import reference
+    from autosched.deploy import reference
 
     bench = load_script()
 

@@ -89,7 +89,7 @@ def test_without_openvino_the_table_has_no_openvino_column_and_says_why():
 
 
 def test_a_model_openvino_cannot_run_is_timed_without_it(monkeypatch):
-    from autosched.models import reference
+    from autosched.deploy import reference
 
     bench = load_script()
     want = [np.zeros(3, np.float32)]

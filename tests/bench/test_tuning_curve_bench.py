@@ -38,8 +38,8 @@ def test_metaschedule_s_records_are_applied_and_a_point_without_any_is_the_untun
     bench = load_bench("tuning_curve")
     import autosched
     from autosched._tvm import ms
-    from autosched.models.graph import rewrite
-    from autosched.models.reference import onnxruntime_session
+    from autosched.deploy.reference import onnxruntime_session
+    from autosched.graph.passes import rewrite
 
     model, target = autosched.load_model(str(mlp_onnx)), make_target("llvm", 1)
     empty = tmp_path / "empty"

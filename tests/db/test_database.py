@@ -169,3 +169,16 @@ def test_many_tuners_opening_a_new_postgresql_database_at_once_all_succeed(postg
     assert [t.task_key for t in opened[-1].tasks()] == ["k"]
     for db in opened:
         db.engine.dispose()
+
+
+def test_a_database_is_named_without_its_password_and_closes_as_a_context(tmp_path):
+    from autosched.db import display_name
+
+    assert display_name("postgresql://tuner:s3cret@db.example:5432/runs") == "postgresql://tuner:***@db.example:5432/runs"
+    assert display_name("tuning_logs/x.db") == "tuning_logs/x.db"
+    with open_database(str(tmp_path / "a.db")) as db:
+        assert db.display_name == str(tmp_path / "a.db")
+        db.commit_task(TaskRow("k", "t", "{}", 1, "{}", 1.0, {}))
+    assert db.engine.pool.checkedout() == 0  # closed: no connection held
+    with open_database(str(tmp_path / "a.db"), create=False) as again:
+        assert [t.task_key for t in again.tasks()] == ["k"]

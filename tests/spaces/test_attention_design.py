@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from autosched._tvm import tvm
-from autosched.models.attention import attention_func
+from autosched.graph.attention import attention_func
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
 from autosched.tasks import make_target

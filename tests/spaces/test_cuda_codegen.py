@@ -280,9 +280,10 @@ def test_fp16_matmul_gets_tensor_core_designs_that_compile(arch, tmp_path):
 def test_model_builds_every_kernel_for_cuda_and_nvcc_compiles_them(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     from autosched._tvm import relax
-    from autosched.models import build, zoo
-    from autosched.models.build import DEFAULT, DLIGHT, compile_model
-    from autosched.models.frontends import load_model
+    from autosched.corpus import zoo
+    from autosched.deploy import build
+    from autosched.deploy.build import DEFAULT, DLIGHT, compile_model
+    from autosched.graph.frontends import load_model
 
     target = make_target("sm_80")
     module, inputs = zoo.build("tiny_cnn")

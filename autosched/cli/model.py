@@ -1,0 +1,395 @@
+"""CLI commands for whole models: ``tune MODEL``, ``inspect``, ``compile``, ``run``.
+
+Each is the API's pipeline (``autosched.api``) with progress and tables: the model is loaded and rewritten
+before a database is opened or a file written, so bad input (missing file, not ONNX, unknown input name, wrong
+rank) stops it with nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from autosched import api
+from autosched.cli.output import (
+    BAR,
+    JSON,
+    QUIET,
+    Steps,
+    emit,
+    err,
+    fmt_s,
+    gflops,
+    mode_of,
+    note,
+    out,
+    progress_display,
+)
+from autosched.cli.parser import config_from_args
+from autosched.db import display_name
+from autosched.errors import UserInputError
+
+TOLERANCES = {"fp32": 1e-3, "bf16": 2e-2, "fp16": 1e-2, "int8": 5e-2}  # default --tolerance of run, per --precision
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    for flag, value in (("--threads", args.threads), ("--repeat", getattr(args, "repeat", 1))):
+        if value < 1:
+            raise UserInputError(f"{flag} must be at least 1")
+
+
+def _inputs(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
+    from autosched.graph.frontends import parse_input_shapes
+
+    return parse_input_shapes(args.input)
+
+
+def _run_target(args: argparse.Namespace):
+    """The command's --target at --threads, checked to run here (``run``: its builds are timed here)."""
+    from autosched.targets import check_measurable
+
+    _check_counts(args)
+    return check_measurable(api.build_target(args.target, args.threads))
+
+
+def _tolerance(args: argparse.Namespace) -> float:
+    return args.tolerance if args.tolerance is not None else TOLERANCES[getattr(args, "precision", "fp32")]
+
+
+def _mb(n_bytes: float) -> str:
+    return f"{n_bytes / 2**20:.2f} MiB"
+
+
+# --- inspect ---------------------------------------------------------------------------------------------
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from autosched.graph.passes import extract_tasks, fusion_groups, memory_plan
+    from autosched.spaces.settings import settings_for
+
+    target = api.build_target(args.target, args.threads)
+    model = api.load_model(args.model, _inputs(args))
+    changes = []
+    fused = api.rewritten(model, target, args.precision, note, on_pass=changes.append)
+    out.print(f"[bold]{model.name}[/] ({model.source}) inputs: "
+              + ", ".join(f"{s.name} {'x'.join(map(str, s.shape))} {s.dtype}" for s in model.inputs))
+    if "onnx_nodes" in model.info:
+        before, after = model.info["onnx_nodes"]
+        out.print(f"ONNX graph: {before} nodes, {after} after folding constants and shapes (ONNX Runtime, basic level)")
+
+    table = Table(title="graph rewrites (operators before -> after)")
+    for col in ("pass", "ops before", "ops after", "what changed"):
+        table.add_column(col, justify="right" if col.startswith("ops") else "left")
+    for c in changes:
+        shown = _summary(c.changed)
+        table.add_row(c.name, str(sum(c.before.values())), str(sum(c.after.values())), shown or "-")
+    out.print(table)
+
+    groups = fusion_groups(fused)
+    keys = {t.info["group"]: t.key for t in extract_tasks(fused, target, settings_for(target).version)}
+    total_flops = sum(g.flops * g.weight for g in groups) or 1.0
+    table = Table(title=f"fusion groups: {len(groups)} distinct, {sum(g.weight for g in groups)} calls, "
+                        f"{len(set(keys.values()))} tasks")
+    for col in ("group", "pattern", "calls (weight)", "MFLOP per call", "share of FLOPs", "task key"):
+        table.add_column(col, justify="left" if col in ("group", "pattern", "task key") else "right")
+    for g in groups:
+        flops = g.flops
+        table.add_row(g.name, g.pattern, str(g.weight), f"{flops / 1e6:.2f}",
+                      f"{flops * g.weight / total_flops:.1%}", keys.get(g.name, "(merged)"))
+    out.print(table)
+
+    plan = memory_plan(fused, target)
+    saved = 1 - plan.planned_bytes / plan.unplanned_bytes if plan.unplanned_bytes else 0.0
+    out.print(f"memory of intermediates: peak {_mb(plan.planned_bytes)} after static memory planning "
+              f"({plan.n_tensors} tensors in {plan.n_storages} storage blocks), {_mb(plan.unplanned_bytes)} "
+              f"without it ({saved:.0%} saved)")
+    return 0
+
+
+def _summary(changed: dict[str, int]) -> str:
+    """'+4 add, -2 divide', with TIR kernels and fused-group calls counted as one kind each."""
+    kinds: dict[str, int] = {}
+    for key, delta in changed.items():
+        prefix = key.split(":")[0] if ":" in key else None
+        kind = {"tir": "TIR kernel calls", "call": "fused-group calls"}.get(prefix, key)
+        kinds[kind] = kinds.get(kind, 0) + delta
+    diff = sorted(((k, v) for k, v in kinds.items() if v), key=lambda kv: -abs(kv[1]))
+    return ", ".join(f"{v:+d} {k}" for k, v in diff[:5]) + (f", ... ({len(diff) - 5} more)" if len(diff) > 5 else "")
+
+
+# --- tune ------------------------------------------------------------------------------------------------
+def cmd_tune_model(args: argparse.Namespace) -> int:
+    mode = mode_of(args)
+    plan = api.plan_model(args.model, args.target, config_from_args(args), args.shape_buckets, args.precision,
+                          _inputs(args), Steps(mode), note)
+    config, model, tasks, db_name = plan.config, plan.model, plan.tasks, display_name(args.db)
+    total = config.n_trials * len(tasks) or None
+    budget = [f"{config.n_trials} trials per task on average ({total} in all, earlier runs in {db_name} included)"
+              ] if total else []
+    budget += [f"time budget {config.time_budget_s:g} s (baselines included)"] if config.time_budget_s else []
+    if mode == BAR and plan.buckets:
+        err.print(f"{model.name}: {len(plan.buckets)} buckets, {plan.n_bucket_tasks} bucket tasks -> {len(tasks)} "
+                  "distinct tasks", highlight=False)
+    if mode == BAR:
+        err.print(f"{model.name}: {len(tasks)} tasks from {plan.n_groups} fusion groups, {' and '.join(budget)}")
+
+    def bar():
+        return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("est. {task.fields[est]} (untuned {task.fields[untuned]})"),
+                        TextColumn("{task.fields[now]}"), TimeElapsedColumn(), TextColumn("{task.fields[left]}"),
+                        console=err)
+
+    with progress_display(mode, bar, model.name, total, est="?", untuned="?", now="", left="left ~?") as update:
+        of_budget = f" of {config.time_budget_s:g}s" if config.time_budget_s else ""
+
+        def on_progress(p) -> None:
+            if mode == JSON:
+                update(p.n_done, estimated_s=p.estimated_s, untuned_s=p.untuned_s, now=p.task_name,
+                       elapsed_s=p.elapsed_s, eta_s=p.eta_s)
+                return
+            left = f"left ~{p.eta_s:.0f}s{of_budget}" if p.eta_s == p.eta_s else "left ~?"
+            update(p.n_done, est=fmt_s(p.estimated_s), untuned=fmt_s(p.untuned_s), now=p.task_name, left=left)
+
+        result = api.tune_planned_model(plan, args.db, on_progress)
+    if mode == JSON:
+        emit({"event": "result", "model": model.name, "fusion_groups": plan.n_groups, "tasks": result.n_tasks,
+              "tuned": result.n_tuned, "default": result.n_default, "estimated_s": result.estimated_s,
+              "untuned_s": result.untuned_s, "new_measurements": result.n_new, "elapsed_s": result.elapsed_s,
+              "out_of_time": result.out_of_time, "database": db_name})
+    elif mode == QUIET:
+        out.print(f"{model.name}: {result.n_tasks} tasks, estimated {fmt_s(result.estimated_s)} per inference "
+                  f"(untuned {fmt_s(result.untuned_s)}); {result.n_new} new measurements; database: {db_name}")
+    else:
+        _print_model_table(model.name, result, db_name, plan.n_groups)
+    return 0
+
+
+def _print_model_table(name: str, result, db_path: str, n_groups: int) -> None:
+    reached = sum(_searched(st) == "searched" for st in result.states)
+    counts = (f"{n_groups} fusion groups -> {result.n_tasks} distinct tasks, {result.n_tuned} to search "
+              f"({reached} searched in this run), {result.n_default} on default schedules (cheap)"
+              + (f", {len(result.unmeasured)} not measured (out of time)" if result.unmeasured else ""))
+    table = Table(title=f"autosched tune: {name}: {counts}")
+    for col in ("task", "pattern", "weight", "schedule", "trials", "untuned", "best", "GFLOPS", "speedup",
+                "share of est."):
+        table.add_column(col, justify="left" if col in ("task", "pattern", "schedule") else "right")
+    total = result.estimated_s or 1.0
+    for s in sorted(result.states, key=lambda s: -s.contribution_s):
+        speedup = s.untuned_s / s.best_s if s.best_s < float("inf") and s.untuned_s < float("inf") else float("nan")
+        table.add_row(s.task.name, s.task.info.get("pattern", ""), str(s.task.weight),
+                      _searched(s), str(s.n_trials), fmt_s(s.untuned_s),
+                      fmt_s(s.best_s), gflops(s.task.flops, s.best_s),
+                      f"{speedup:.1f}x" if speedup == speedup else "-", f"{s.contribution_s / total:.0%}")
+    out.print(table)
+    gain = result.untuned_s / result.estimated_s if result.estimated_s else float("nan")
+    stop = "; stopped by the time budget" if result.out_of_time else ""
+    out.print(f"{name}: {counts}")
+    out.print(f"estimated kernel time per inference: {fmt_s(result.estimated_s)} (untuned {fmt_s(result.untuned_s)}, "
+              f"{gain:.1f}x); {result.n_new} new measurements in {result.elapsed_s:.0f} s "
+              f"({result.n_new / max(result.elapsed_s, 1e-9):.1f} per second){stop}; database: {db_path}")
+    _print_unchecked([s.task for s in result.states])
+
+
+def _searched(state) -> str:
+    """Whether the run searched the task: "default (cheap)" (kept on its default), "searched", or "default (not
+    reached)" (its search never got a round before the budget ended: it runs its default schedule or the
+    untuned build, whichever was faster)."""
+    if state.cheap:
+        return "default (cheap)"
+    return "searched" if state.n_round_trials or state.round_s else "default (not reached)"
+
+
+def _print_unchecked(tasks: list) -> None:
+    """Tasks whose candidates could not be fully checked against the reference, by name and count."""
+    partial = [t for t in tasks if not t.info.get("check", "full").startswith("full")]
+    if partial:
+        err.print(f"{len(partial)} of {len(tasks)} tasks could not be fully checked (reference outputs not finite "
+                  "for any input domain): " + "; ".join(f"{t.name}: {t.info['check']}" for t in partial),
+                  style="yellow", highlight=False, soft_wrap=True)
+
+
+# --- compile / run ---------------------------------------------------------------------------------------
+def _warn_if_no_match(compiled, db, target) -> None:
+    """Say so when schedules came from another thread count, or when nothing tuned matched this target."""
+    import json
+    from collections import Counter
+
+    threads = target.attrs.get("num-cores")
+    if compiled.borrowed:
+        counts = Counter(compiled.borrowed.values())
+        tuned_at = ", ".join(f"{n} thread(s) for {k} group(s)" for n, k in sorted(counts.items()))
+        err.print(f"note: the database has no schedules tuned at {threads} thread(s) for {len(compiled.borrowed)} "
+                  f"fusion group(s): using the ones tuned at {tuned_at} (tune with --threads {threads} to "
+                  "tune for this setting)", style="yellow", highlight=False)
+    if compiled.foreign:
+        from autosched.scheduler.foreign import Adopted
+
+        err.print(f"note: {Adopted(compiled.foreign, Counter()).summary()}, timed against their default and untuned "
+                  "builds (tune here to go further)", style="yellow", highlight=False)
+    if compiled.skipped:
+        err.print("note: records not applied: " + ", ".join(f"{n} {why}" for why, n in compiled.skipped.items())
+                  + " (a schedule is only applied to the target and TVM release it was measured on)",
+                  style="yellow", highlight=False)
+    if compiled.counts()["tuned"] or compiled.counts()["transferred"] or compiled.foreign or not db.tasks():
+        return
+    others = {json.loads(t.target).get("num-cores") for t in db.tasks()}
+    err.print(f"warning: none of the {len(db.tasks())} tasks in the database is for this target "
+              f"({target.kind.name}, {threads} threads); it holds tasks for "
+              f"{', '.join(str(o) for o in sorted(others, key=str))} thread(s): use the --target of the tuning "
+              "run", style="yellow")
+
+
+def _print_precision(compiled) -> None:
+    if compiled.precision_error is not None:
+        out.print(f"{compiled.precision}: max relative error against float32 on 3 random inputs: "
+                  f"{compiled.precision_error:.2e}", highlight=False)
+
+
+def _compile(args: argparse.Namespace, db, target, model=None, fused=None):
+    """The API's compile of the command's model (or ``model`` with its ``fused`` module), with its progress."""
+    steps = Steps(BAR if model is None or mode_of(args) == BAR else mode_of(args))
+    return api.compile(args.model if model is None else model, target, db, shape_buckets=args.shape_buckets,
+                       precision=args.precision, max_padding=args.max_padding, inputs=_inputs(args), on_step=steps,
+                       on_note=note, on_progress=steps.progress, fused=fused)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    _check_counts(args)
+    output = Path(args.output)
+    if output.is_dir():
+        raise UserInputError(f"-o {output} is a folder: give a file path such as {output / 'model.so'}")
+    target = api.build_target(args.target, args.threads)  # another CPU's build is fine: it is not run here
+    with api.opened(args.db, create=False) as db:
+        compiled = _compile(args, db, target)
+        for built in getattr(compiled, "compiled", {"": compiled}).values():
+            _warn_if_no_match(built, db, target)
+    if args.shape_buckets:
+        return _export_buckets(args, compiled, output)
+    compiled.export_library(output)
+    n = compiled.counts()
+    out.print(f"{compiled.name}: {len(compiled.sources)} fusion groups: {n['tuned']} tuned (best record in "
+              f"{display_name(args.db)}), {n['default']} default schedule, {n['unscheduled']} unscheduled; wrote "
+              f"{output} and {output}.json")
+    _print_precision(compiled)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.max_padding is not None and not args.shape_buckets:
+        raise UserInputError("--max-padding goes with --shape-buckets (the sizes it fills in between)")
+    if args.shape_buckets:
+        return _run_buckets_command(args)
+    from autosched._tvm import set_num_threads
+    from autosched.deploy.reference import max_relative_error, onnxruntime_session, reference_session, run_onnxruntime
+    from autosched.timing import time_interleaved
+
+    target = _run_target(args)
+    model, fused = api.prepare_model(args.model, target, args.precision, _inputs(args), Steps(mode_of(args)), note)
+    session = onnxruntime_session(model, args.threads)  # refuses non-ONNX models before any build
+    with api.opened(args.db, create=False) as db:
+        inputs = model.random_inputs(args.seed)
+        want = run_onnxruntime(reference_session(model, args.threads, session), model, inputs)
+        tuned = _compile(args, db, target, model, fused)
+        _warn_if_no_match(tuned, db, target)
+    untuned = api.compile_unscheduled(model, target, fused)
+    set_num_threads(args.threads)
+    feed = {spec.name: x for spec, x in zip(model.inputs, inputs, strict=True)}
+    times = time_interleaved({"tuned": lambda: tuned(*inputs), "untuned": lambda: untuned(*inputs),
+                              "ort": lambda: session.run(None, feed)}, args.repeat, min_round_s=0.1)
+    tuned_s, untuned_s, ort_s = (float(np.median(times[k])) for k in ("tuned", "untuned", "ort"))
+    worst = max_relative_error(tuned(*inputs), want)
+    table = Table(title=f"autosched run: {model.name}, {args.threads} thread(s), latency of the call from Python "
+                        "(median of interleaved rounds)")
+    for col in ("build", "median latency", "vs untuned", "vs ONNX Runtime", "max rel. error vs ORT"):
+        table.add_column(col, justify="left" if col == "build" else "right")
+    for label, seconds, error in (("autosched (tuned)", tuned_s, f"{worst:.2e}"),
+                                  ("TVM untuned", untuned_s, f"{max_relative_error(untuned(*inputs), want):.2e}"),
+                                  ("ONNX Runtime", ort_s, "-")):
+        table.add_row(label, fmt_s(seconds), f"{untuned_s / seconds:.1f}x", f"{ort_s / seconds:.2f}x", error)
+    out.print(table)
+    n = tuned.counts()
+    _print_precision(tuned)
+    dlight = f", {n['dlight']} dlight" if n["dlight"] else ""
+    out.print(f"fusion groups: {n['tuned']} tuned, {n['default']} default schedule{dlight}, {n['unscheduled']} "
+              "unscheduled")
+    if args.profile > 0:
+        from autosched.deploy.profiling import profile
+
+        out.print(f"per call (TVM's kernels and the VM's builtins, {args.threads} thread(s), ms per inference):")
+        out.print(profile(tuned, inputs).table(top=args.profile), highlight=False)
+    tolerance = _tolerance(args)
+    if worst > tolerance:
+        err.print(f"autosched: error: tuned outputs differ from ONNX Runtime's (max rel. error {worst:.2e} > "
+                  f"{tolerance:g})", style="red")
+        return 1
+    out.print(f"outputs match ONNX Runtime (max rel. error {worst:.2e} <= {tolerance:g}"
+              + (f", {args.precision}" if args.precision != "fp32" else "") + ")")
+    return 0
+
+
+# --- models with symbolic dimensions (--shape-buckets) -------------------------------------------------------------
+def _export_buckets(args: argparse.Namespace, bucketed, output: Path) -> int:
+    from autosched.deploy.buckets import export_buckets
+
+    written = export_buckets(bucketed, output, bucketed.source.onnx_bytes)
+    for label, compiled in bucketed.compiled.items():
+        n = compiled.counts()
+        transferred = (f"{n['transferred']} with the schedules of {bucketed.filled[label]}, "
+                       if label in bucketed.filled else "")
+        out.print(f"{label}: {len(compiled.sources)} fusion groups: {n['tuned']} tuned, {transferred}{n['default']} "
+                  f"default schedule, {n['unscheduled']} unscheduled", highlight=False)
+    out.print(bucketed.pad_check, highlight=False)
+    if args.max_padding and not bucketed.filled:
+        why = "the buckets are close enough" if bucketed.pads else "padding is off for this model"
+        out.print(f"--max-padding {args.max_padding}: no size added ({why})", highlight=False)
+    out.print(f"wrote {len(written)} libraries ({', '.join(p.name for p in written)}) and {output}.json; load them "
+              f"with autosched.load_compiled({str(output)!r})", highlight=False)
+    return 0
+
+
+def _run_buckets_command(args: argparse.Namespace) -> int:
+    """Each bucket and a size between buckets, timed beside ONNX Runtime (same call kind) and checked."""
+    from autosched._tvm import set_num_threads
+    from autosched.deploy.buckets import bucket_label, check_inputs
+    from autosched.deploy.reference import max_relative_error, onnxruntime_session
+    from autosched.graph.frontends import InputSpec
+    from autosched.timing import time_interleaved
+
+    target = _run_target(args)
+    with api.opened(args.db, create=False) as db:
+        bucketed = _compile(args, db, target)
+        for compiled in bucketed.compiled.values():
+            _warn_if_no_match(compiled, db, target)
+    model = bucketed.source
+    session = onnxruntime_session(model, args.threads)
+    set_num_threads(args.threads)
+    table = Table(title=f"autosched run: {model.name.split('@')[0]}, {args.threads} thread(s), latency of the call "
+                        "from Python (median of interleaved rounds)")
+    for col in ("sizes", "served by", "autosched", "ONNX Runtime", "autosched vs ORT", "max rel. error"):
+        table.add_column(col, justify="left" if col in ("sizes", "served by") else "right")
+    worst = 0.0
+    all_sizes = sorted(list(bucketed.sizes.values()) + bucketed.between_sizes(), key=lambda s: sorted(s.items()))
+    for sizes in all_sizes:
+        shapes = bucketed.symbolic.shapes(sizes)
+        specs = [InputSpec(s.name, shapes[s.name], s.dtype) for s in model.inputs]
+        inputs = check_inputs(specs, args.seed)
+        feed = {s.name: x for s, x in zip(specs, inputs, strict=True)}
+        want = session.run(None, feed)
+        error = max_relative_error(bucketed(*inputs), want)
+        worst = max(worst, error)
+        times = time_interleaved({"tuned": lambda x=inputs: bucketed(*x), "ort": lambda f=feed: session.run(None, f)},
+                                 args.repeat, min_round_s=0.1)
+        mine, ort = (float(np.median(times[k])) for k in ("tuned", "ort"))
+        table.add_row(bucket_label(sizes), bucketed.route(sizes), fmt_s(mine), fmt_s(ort), f"{ort / mine:.2f}x",
+                      f"{error:.2e}")
+    out.print(table)
+    out.print(bucketed.pad_check, highlight=False)
+    tolerance = _tolerance(args)
+    if worst > tolerance:
+        err.print(f"autosched: error: outputs differ from ONNX Runtime's (max rel. error {worst:.2e} > "
+                  f"{tolerance:g})", style="red")
+        return 1
+    out.print(f"outputs match ONNX Runtime at every size (max rel. error {worst:.2e} <= {tolerance:g})")
+    return 0

@@ -1,0 +1,1 @@
+"""Deployment: build a model with its tuned schedules, shape buckets, serving, profiling, reference runtimes."""
