@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 MAX_ERROR = 1e-3
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 Build = Callable[[bool], tuple[Any, tuple]]  # small -> (eval-mode torch module, example inputs)
 
 

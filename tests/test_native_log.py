@@ -44,13 +44,13 @@ def test_an_unwritable_log_file_is_a_one_line_error(tmp_path):
 
 
 def test_an_unexpected_failure_is_one_line_with_the_traceback_in_the_log(tmp_path, monkeypatch, capsys):
-    from autosched import commands
+    from autosched.cli import database
     from autosched.cli import main
 
     def explode(args):
         raise RuntimeError("InternalError: Check failed: (x) is false: something deep in TVM\n  File a.cc\n  more")
 
-    monkeypatch.setattr(commands, "cmd_show", explode)
+    monkeypatch.setattr(database, "cmd_show", explode)
     log = tmp_path / "run.log"
     assert main(["--log", str(log), "show", "--db", str(tmp_path / "x.db")]) == 1
     shown = capsys.readouterr().err.strip()

@@ -141,7 +141,9 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
                         TextColumn("{task.fields[now]}"), TimeElapsedColumn(), TextColumn("{task.fields[left]}"),
                         console=err)
 
-    with progress_display(mode, bar, model.name, total, est="?", untuned="?", now="", left="left ~?") as update:
+    # the database is opened (and checked) before the bar: a bad one is one line, with no bar above it
+    with api.tuning_database(args.db, tasks) as db, progress_display(
+            mode, bar, model.name, total, est="?", untuned="?", now="", left="left ~?") as update:
         of_budget = f" of {config.time_budget_s:g}s" if config.time_budget_s else ""
 
         def on_progress(p) -> None:
@@ -152,7 +154,7 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
             left = f"left ~{p.eta_s:.0f}s{of_budget}" if p.eta_s == p.eta_s else "left ~?"
             update(p.n_done, est=fmt_s(p.estimated_s), untuned=fmt_s(p.untuned_s), now=p.task_name, left=left)
 
-        result = api.tune_planned_model(plan, args.db, on_progress)
+        result = api.tune_planned_model(plan, db, on_progress)
     if mode == JSON:
         emit({"event": "result", "model": model.name, "fusion_groups": plan.n_groups, "tasks": result.n_tasks,
               "tuned": result.n_tuned, "default": result.n_default, "estimated_s": result.estimated_s,

@@ -9,7 +9,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autosched.api import TaskPlan, operator_task, tune_planned_task, tuning_target
+from autosched.api import TaskPlan, operator_task, tune_planned_task, tuning_database, tuning_target
 from autosched.cli.output import BAR, JSON, QUIET, emit, err, fmt_s, gflops, mode_of, out, progress_display
 from autosched.cli.parser import config_from_args
 from autosched.config import NO_TRIAL_LIMIT
@@ -42,8 +42,9 @@ def _tune(args: argparse.Namespace, plan: TaskPlan) -> int:
                         TextColumn("best {task.fields[best]} GFLOPS"), TimeElapsedColumn(),
                         TextColumn("left ~{task.fields[eta]}"), console=err, transient=False)
 
-    with progress_display(mode, bar, task.name, limit if limit < NO_TRIAL_LIMIT else None, best="-",
-                          eta="?") as update:
+    # the database is opened (and checked) before the bar: a bad one is one line, with no bar above it
+    with tuning_database(args.db, [task]) as db, progress_display(
+            mode, bar, task.name, limit if limit < NO_TRIAL_LIMIT else None, best="-", eta="?") as update:
 
         def on_start(done_before: int) -> None:
             if done_before and mode == BAR:
@@ -58,8 +59,7 @@ def _tune(args: argparse.Namespace, plan: TaskPlan) -> int:
             else:
                 update(p.n_done, best=f"{p.best_gflops:.1f}", eta=eta)
 
-        result, baseline = tune_planned_task(plan, args.db, on_progress, baseline=not args.no_baseline,
-                                             on_start=on_start)
+        result, baseline = tune_planned_task(plan, db, on_progress, baseline=not args.no_baseline, on_start=on_start)
     if mode == JSON:
         emit({"event": "result", "task": task.name, "key": task.key, "trials": result.n_measured,
               "new_measurements": result.n_new, "best_latency_s": result.best_latency_s,

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from onnx_graphs import conv_bn_relu
-from test_build import record_one_schedule_per_task
+from tuned_records import record_one_schedule_per_task
 
 from autosched.db import MemoryDatabase
 from autosched.deploy.build import DEFAULT, compile_model, compile_unscheduled

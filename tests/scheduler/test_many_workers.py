@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_tuning import FakeSession
+from test_model_tuning import FakeSession
 
 from autosched._tvm import TVM_VERSION
 from autosched.db import MemoryDatabase, open_database
