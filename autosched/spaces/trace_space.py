@@ -14,7 +14,6 @@ import logging
 import math
 import os
 import random
-from dataclasses import dataclass
 from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
@@ -34,6 +33,7 @@ from autosched.errors import InvalidConfig
 from autosched.spaces.attention import attention_design
 from autosched.spaces.base import SearchSpace
 from autosched.spaces.concat import partitioned_concat_design
+from autosched.spaces.knobs import Knob
 from autosched.spaces.microkernel import DEFAULT_UNROLL, microkernel_params
 from autosched.spaces.row_reduction import row_reduction_design
 from autosched.spaces.serial import serial_design
@@ -81,18 +81,6 @@ def _fused_epilogues(design: Trace) -> int:
 STREAMING_LANES = 16  # the streaming design's default vector width
 MIN_THREADS = 32  # a GPU block's threads (MetaSchedule's thread_extent_low_inclusive)
 MAX_VTHREADS = 8  # VerifyGPUCode's max_vthread
-
-
-@dataclass
-class _Knob:
-    name: str
-    inst: Any  # the sampling Instruction in the design trace
-    kind: str
-    distribution: BaseDistribution
-    extent: int = 0
-    n_levels: int = 0
-    max_innermost: int = 0
-    choices: tuple = ()  # a categorical's candidates (e.g. unroll depths)
 
 
 class TraceSearchSpace(SearchSpace):
@@ -155,7 +143,7 @@ class TraceSearchSpace(SearchSpace):
         self._knobs = [self._design_knobs(d, trace) for d, trace in enumerate(self.designs)]
 
     # --- knobs ---------------------------------------------------------------------------------------------
-    def _design_knobs(self, design: int, trace: Trace) -> list[_Knob]:
+    def _design_knobs(self, design: int, trace: Trace) -> list[Knob]:
         knobs = []
         for i, inst in enumerate(x for x in trace.insts if x.kind.name in SAMPLE_KINDS):
             kind, decision, prefix = inst.kind.name, trace.decisions[inst], f"d{design}.{i}"
@@ -166,14 +154,14 @@ class TraceSearchSpace(SearchSpace):
                     extent *= int(f)
                 top = len(divisors(extent)) - 1
                 for level in range(1, n_levels):
-                    knobs.append(_Knob(f"{prefix}.tile{level}", inst, kind, IntDistribution(0, top),
+                    knobs.append(Knob(f"{prefix}.tile{level}", inst, kind, IntDistribution(0, top),
                                        extent, n_levels, max_inner if max_inner > 0 else extent))
             elif kind == "SampleCategorical":
                 n = len(inst.attrs[0])
-                knobs.append(_Knob(f"{prefix}.cat", inst, kind, IntDistribution(0, max(n - 1, 0)),
+                knobs.append(Knob(f"{prefix}.cat", inst, kind, IntDistribution(0, max(n - 1, 0)),
                                    choices=tuple(as_python(c) for c in inst.attrs[0])))
             else:
-                knobs.append(_Knob(f"{prefix}.loc", inst, kind, IntDistribution(-2, self._max_location(trace, inst))))
+                knobs.append(Knob(f"{prefix}.loc", inst, kind, IntDistribution(-2, self._max_location(trace, inst))))
         return knobs
 
     def _max_location(self, trace: Trace, inst: Any) -> int:
@@ -189,15 +177,15 @@ class TraceSearchSpace(SearchSpace):
                 last = int(sch.trace.decisions[applied])
         return max(last, int(trace.decisions[inst]), 0)
 
-    def tile_knobs(self, design: int) -> dict[Any, list[_Knob]]:
+    def tile_knobs(self, design: int) -> dict[Any, list[Knob]]:
         """The design's tilings: sampling instruction -> its knobs (levels 1..n-1), in trace order."""
-        out: dict[Any, list[_Knob]] = {}
+        out: dict[Any, list[Knob]] = {}
         for k in self._knobs[design]:
             if k.kind == "SamplePerfectTile":
                 out.setdefault(k.inst, []).append(k)
         return out
 
-    def categorical_knobs(self, design: int) -> list[_Knob]:
+    def categorical_knobs(self, design: int) -> list[Knob]:
         return [k for k in self._knobs[design] if k.kind == "SampleCategorical"]
 
     @functools.cached_property
