@@ -17,13 +17,11 @@ Only float32 blocks with one tiled block per function get seeds (low-precision k
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autosched._tvm import arg_specs
+from autosched.spaces.knobs import TiledSpace
 from autosched.spaces.tiling import divisors
-
-if TYPE_CHECKING:
-    from autosched.spaces.trace_space import TraceSearchSpace
 
 REGISTER_TILES = ((12, 2), (6, 4), (8, 2), (14, 2))  # (rows, vectors of columns): 24, 24, 16, 28 accumulators
 # AVX2 and SSE have 16 vector registers, not AVX-512's 32: 12 accumulators at most (BLIS's Haswell kernel is 6 x 2)
@@ -61,7 +59,7 @@ def vector_width(n_cols: int, want: int, lanes: int) -> int:
     return _below(n_cols, want)
 
 
-def microkernel_params(space: TraceSearchSpace, vector_bits: int, n: int = len(REGISTER_TILES),
+def microkernel_params(space: TiledSpace, vector_bits: int, n: int = len(REGISTER_TILES),
                        unroll: int = UNROLL) -> list[dict[str, Any]]:
     """Up to ``n`` settings of the space's first multi-level-tiled design (spatial tilings at four levels, reduction
     tilings at two), one per register tile of ``register_tiles(vector_bits)``: the last spatial axis is the vector
@@ -104,7 +102,7 @@ def microkernel_params(space: TraceSearchSpace, vector_bits: int, n: int = len(R
     return []
 
 
-def _all_float32(space: TraceSearchSpace) -> bool:
+def _all_float32(space: TiledSpace) -> bool:
     """Every buffer of the (single) function is float32."""
     funcs = list(space.mod.functions.values())
     return len(funcs) == 1 and all(dtype == "float32" for _, dtype in arg_specs(funcs[0]))

@@ -14,7 +14,6 @@ import logging
 import math
 import os
 import random
-from dataclasses import dataclass
 from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
@@ -31,14 +30,11 @@ from autosched._tvm import (
     ms,
 )
 from autosched.errors import InvalidConfig
-from autosched.spaces.attention import attention_design
 from autosched.spaces.base import SearchSpace
-from autosched.spaces.concat import partitioned_concat_design
+from autosched.spaces.designs import EXTRA_DESIGNS, ExtraDesign
+from autosched.spaces.knobs import Knob
 from autosched.spaces.microkernel import DEFAULT_UNROLL, microkernel_params
-from autosched.spaces.row_reduction import row_reduction_design
-from autosched.spaces.serial import serial_design
 from autosched.spaces.settings import SpaceSettings
-from autosched.spaces.streaming import streaming_reduction_design
 from autosched.spaces.tiling import decode_tile, divisors, refit_tile  # noqa: F401 - refit_tile: importers
 
 log = logging.getLogger("autosched.spaces")
@@ -83,18 +79,6 @@ MIN_THREADS = 32  # a GPU block's threads (MetaSchedule's thread_extent_low_incl
 MAX_VTHREADS = 8  # VerifyGPUCode's max_vthread
 
 
-@dataclass
-class _Knob:
-    name: str
-    inst: Any  # the sampling Instruction in the design trace
-    kind: str
-    distribution: BaseDistribution
-    extent: int = 0
-    n_levels: int = 0
-    max_innermost: int = 0
-    choices: tuple = ()  # a categorical's candidates (e.g. unroll depths)
-
-
 class TraceSearchSpace(SearchSpace):
     def __init__(self, mod: IRModule, target: Target, settings: SpaceSettings, seed: int = 0):
         self.target, self.settings, self.version = target, settings, settings.version
@@ -112,50 +96,68 @@ class TraceSearchSpace(SearchSpace):
         )
         self.context = ctx  # also what the feature extractor needs
         self._postprocs = list(ctx.space_generator.postprocs)
-        blocked = attention_design(self.mod, target) if settings.attention_blocks and target.kind.name == "llvm" \
-            else None
+        extras = [e for e in EXTRA_DESIGNS if getattr(settings, e.flag) and target.kind.name in e.target_kinds]
+        early = {e.name: e.build(self.mod, target) for e in extras if e.before_rules}
         try:
             self.designs: list[Trace] = [s.trace for s in ctx.generate_design_space()]
         except (ScheduleError, RuntimeError):
-            if blocked is None:
+            if all(trace is None for trace in early.values()):
                 raise
             self.designs = []  # the rules fail on a fused attention (reverse_compute_at): its own design only
         if settings.fuse_epilogues:
             self.designs = most_fused(self.designs)
-        self.streaming_design: int | None = None  # its index, where the function has one (spaces/streaming.py)
-        if settings.stream_reductions and target.kind.name == "llvm":  # appended: stored records keep their design
-            streaming = streaming_reduction_design(self.mod, target)
-            if streaming is not None:
-                self.designs.append(streaming)
-                self.streaming_design = len(self.designs) - 1
-        self.concat_design: int | None = None  # its index, where the function has one (spaces/concat.py)
-        if settings.partition_concats and target.kind.name == "llvm":
-            concat = partitioned_concat_design(self.mod, target)
-            if concat is not None:
-                self.designs.append(concat)
-                self.concat_design = len(self.designs) - 1
-        self.row_design: int | None = None  # its index, where the function is a norm or softmax (row_reduction.py)
-        if settings.row_reductions and target.kind.name == "llvm":
-            rows = row_reduction_design(self.mod, target)
-            if rows is not None:
-                self.designs.append(rows)
-                self.row_design = len(self.designs) - 1
-        self.attention_design: int | None = None  # its index, for a fused attention (spaces/attention.py)
-        if blocked is not None:
-            self.designs.append(blocked)
-            self.attention_design = len(self.designs) - 1
-        self.serial_design: int | None = None  # its index, where the function is small (spaces/serial.py)
-        self.serial_source: int | None = None  # the design it is a serial copy of
-        if settings.serial_small and target.kind.name == "llvm":
-            source = self._preferred_order()[0]
-            serial = serial_design(self.mod, target, self.designs[source])
-            if serial is not None:
-                self.designs.append(serial)
-                self.serial_design, self.serial_source = len(self.designs) - 1, source
+        self._extras: dict[int, ExtraDesign] = {}  # index -> entry of each extra design the function has
+        self._sources: dict[int, int] = {}  # a copy's index -> the design it copies
+        for extra in extras:  # appended: stored records keep their design
+            self._append_extra(extra, early)
         self._knobs = [self._design_knobs(d, trace) for d, trace in enumerate(self.designs)]
 
+    def _append_extra(self, extra: ExtraDesign, early: dict[str, Trace | None]) -> None:
+        """Append ``extra``'s design for this function, where it has one (``early``: those built already)."""
+        if extra.copies_preferred:
+            source = self._preferred_order()[0]
+            trace = extra.build(self.mod, self.target, self.designs[source])
+        else:
+            trace = early[extra.name] if extra.name in early else extra.build(self.mod, self.target)
+        if trace is None:
+            return
+        self.designs.append(trace)
+        self._extras[len(self.designs) - 1] = extra
+        if extra.copies_preferred:
+            self._sources[len(self.designs) - 1] = source
+
+    def design_index(self, name: str) -> int | None:
+        """The index of the extra design ``name`` (``designs.EXTRA_DESIGNS``), where the function has it."""
+        return next((index for index, extra in self._extras.items() if extra.name == name), None)
+
+    # the extra designs' indices, read-only, under the attribute names they had before designs.py
+    @property
+    def streaming_design(self) -> int | None:
+        return self.design_index("streaming")
+
+    @property
+    def concat_design(self) -> int | None:
+        return self.design_index("concat")
+
+    @property
+    def row_design(self) -> int | None:
+        return self.design_index("row")
+
+    @property
+    def attention_design(self) -> int | None:
+        return self.design_index("attention")
+
+    @property
+    def serial_design(self) -> int | None:
+        return self.design_index("serial")
+
+    @property
+    def serial_source(self) -> int | None:
+        """The design the serial design is a copy of."""
+        return None if self.serial_design is None else self._sources[self.serial_design]
+
     # --- knobs ---------------------------------------------------------------------------------------------
-    def _design_knobs(self, design: int, trace: Trace) -> list[_Knob]:
+    def _design_knobs(self, design: int, trace: Trace) -> list[Knob]:
         knobs = []
         for i, inst in enumerate(x for x in trace.insts if x.kind.name in SAMPLE_KINDS):
             kind, decision, prefix = inst.kind.name, trace.decisions[inst], f"d{design}.{i}"
@@ -166,14 +168,14 @@ class TraceSearchSpace(SearchSpace):
                     extent *= int(f)
                 top = len(divisors(extent)) - 1
                 for level in range(1, n_levels):
-                    knobs.append(_Knob(f"{prefix}.tile{level}", inst, kind, IntDistribution(0, top),
+                    knobs.append(Knob(f"{prefix}.tile{level}", inst, kind, IntDistribution(0, top),
                                        extent, n_levels, max_inner if max_inner > 0 else extent))
             elif kind == "SampleCategorical":
                 n = len(inst.attrs[0])
-                knobs.append(_Knob(f"{prefix}.cat", inst, kind, IntDistribution(0, max(n - 1, 0)),
+                knobs.append(Knob(f"{prefix}.cat", inst, kind, IntDistribution(0, max(n - 1, 0)),
                                    choices=tuple(as_python(c) for c in inst.attrs[0])))
             else:
-                knobs.append(_Knob(f"{prefix}.loc", inst, kind, IntDistribution(-2, self._max_location(trace, inst))))
+                knobs.append(Knob(f"{prefix}.loc", inst, kind, IntDistribution(-2, self._max_location(trace, inst))))
         return knobs
 
     def _max_location(self, trace: Trace, inst: Any) -> int:
@@ -189,15 +191,15 @@ class TraceSearchSpace(SearchSpace):
                 last = int(sch.trace.decisions[applied])
         return max(last, int(trace.decisions[inst]), 0)
 
-    def tile_knobs(self, design: int) -> dict[Any, list[_Knob]]:
+    def tile_knobs(self, design: int) -> dict[Any, list[Knob]]:
         """The design's tilings: sampling instruction -> its knobs (levels 1..n-1), in trace order."""
-        out: dict[Any, list[_Knob]] = {}
+        out: dict[Any, list[Knob]] = {}
         for k in self._knobs[design]:
             if k.kind == "SamplePerfectTile":
                 out.setdefault(k.inst, []).append(k)
         return out
 
-    def categorical_knobs(self, design: int) -> list[_Knob]:
+    def categorical_knobs(self, design: int) -> list[Knob]:
         return [k for k in self._knobs[design] if k.kind == "SampleCategorical"]
 
     @functools.cached_property
@@ -261,8 +263,9 @@ class TraceSearchSpace(SearchSpace):
         trace, decisions = self.decisions(params)
         self._check(trace, decisions)
         postprocs = self._postprocs
-        # the concatenation's parts (and its serial copy's) start past 0, which RewriteLayout cannot index
-        if self._origin(int(params.get("design", 0))) == self.concat_design:
+        # e.g. the concatenation's parts (and its serial copy's) start past 0, which RewriteLayout cannot index
+        origin = self._extras.get(self._origin(int(params.get("design", 0))))
+        if origin is not None and not origin.layout_rewrite:
             postprocs = [p for p in postprocs if not isinstance(p, ms.postproc.RewriteLayout)]
         return self._schedule(trace, decisions, postprocs)
 
@@ -413,7 +416,8 @@ class TraceSearchSpace(SearchSpace):
         blockwise design of a fused attention (spaces/attention.py);
         else the first design whose own decisions are legal. Returns (its params, the schedule); None if none is
         legal."""
-        if self.settings.rule_defaults and self.target.kind.name == "llvm" and self.attention_design is None:
+        if self.settings.rule_defaults and self.target.kind.name == "llvm" \
+                and not any(extra.skips_microkernel for extra in self._extras.values()):
             from autosched._tvm import llvm_vector_bits
 
             for params in microkernel_params(self, llvm_vector_bits(self.target), unroll=DEFAULT_UNROLL):
@@ -436,16 +440,17 @@ class TraceSearchSpace(SearchSpace):
             return None
 
     def _preferred_order(self) -> list[int]:
-        """The designs in the order ``default_schedule`` tries them; a serial copy (spaces/serial.py) last."""
-        order = [d for d in range(len(self.designs)) if d != self.serial_design]
-        for own in (self.streaming_design, self.concat_design, self.row_design, self.attention_design):
-            if own is not None:
+        """The designs in the order ``default_schedule`` tries them: the preferred extra designs first, a copy (the
+        serial design: ``serial_default``) left out."""
+        order = [d for d in range(len(self.designs)) if d not in self._sources]
+        for own, extra in self._extras.items():  # in EXTRA_DESIGNS' order: the later entry ends up first
+            if extra.preferred:
                 order.insert(0, order.pop(order.index(own)))
         return order
 
     def _origin(self, design: int) -> int:
-        """The design ``design`` is a serial copy of, else itself."""
-        return self.serial_source if design == self.serial_design and self.serial_source is not None else design
+        """The design ``design`` is a copy of (a serial copy), else itself."""
+        return self._sources.get(design, design)
 
     def serial_default(self) -> tuple[dict[str, Any], Schedule] | None:
         """The serial copy's own decisions as a schedule, where the space has one and they are legal; None
@@ -454,13 +459,14 @@ class TraceSearchSpace(SearchSpace):
 
     def default_params(self, design: int = 0) -> dict[str, Any]:
         """Knob values that reproduce the design trace's own (randomly sampled) decisions, where encodable; for the
-        streaming and row designs, vectors of 16 lanes (AVX-512's float32 width) or the widest below that divides."""
+        designs whose entry takes ``streaming_lanes`` (streaming, row, attention), vectors of 16 lanes (AVX-512's
+        float32 width) or the widest below that divides."""
         params: dict[str, Any] = {"design": design}
-        trace = self.designs[design]
+        trace, origin = self.designs[design], self._extras.get(self._origin(design))
+        streaming_lanes = origin is not None and origin.streaming_lanes
         for k in self._knobs[design]:
             decision = trace.decisions[k.inst]
-            if k.kind == "SamplePerfectTile" and self._origin(design) in (self.streaming_design, self.row_design,
-                                                                           self.attention_design):
+            if k.kind == "SamplePerfectTile" and streaming_lanes:
                 divs = divisors(k.extent)
                 params[k.name] = divs.index(max(d for d in divs if d <= STREAMING_LANES))
             elif k.kind == "SamplePerfectTile":

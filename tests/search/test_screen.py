@@ -111,7 +111,7 @@ def test_pool_adds_neighbours_of_the_best_measured_settings(matmul_task, matmul_
     tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), 16, 4)
     done = sorted(strategy.study.get_trials(states=(TrialState.COMPLETE,)), key=lambda t: t.value)
     parents = [t.params for t in done[:2]]  # 16 neighbours come from the best 16 // 8 = 2
-    neighbours = strategy._neighbours(16)
+    neighbours = strategy.pool.neighbours(16)
     assert len(neighbours) == 16
     for params in neighbours:
         knobs = matmul_space.knobs(params["design"])
@@ -139,7 +139,7 @@ def test_designs_the_model_ranks_low_still_get_their_best_settings_measured(matm
     db = MemoryDatabase()
     strategy = OptunaStrategy(matmul_space, matmul_task.key, db.optuna_storage(), "tpe", 0, screen=screen)
     tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), n_trials=16, batch_size=4)
-    picks = strategy._model_picks_per_design()
+    picks = strategy.pool.model_picks_per_design()
     assert sum(picks.values()) == 16  # every measurement was a model pick (the model was ready from the start)
     assert picks[1] == picks[2] == 2  # each covered by exactly its quota, then left to the ranking
     assert picks[0] == 12
@@ -183,11 +183,11 @@ def test_model_guided_local_search_adds_mutants_of_the_best_predicted(matmul_tas
     tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), 8, 4)
     strategy.screen = screen
     pool: dict = {}
-    strategy._add_to_pool(pool, strategy._neighbours(16))
-    start = strategy._proposals(pool, list(pool))
+    strategy.pool.add(pool, strategy.pool.neighbours(16))
+    start = strategy.pool.proposals(pool, list(pool))
     screen.score(start)
     first = {p.key: p for p in start}
-    grown = strategy._evolve(list(start), 4)
+    grown = strategy.pool.evolve(list(start), 4)
     new = [p for p in grown if p.key not in first]
     assert len(new) >= 4 and len({p.key for p in grown}) == len(grown)  # new, distinct settings
     screen.score(grown)
@@ -196,7 +196,7 @@ def test_model_guided_local_search_adds_mutants_of_the_best_predicted(matmul_tas
         assert min(sum(q.params.get(k) != v for k, v in p.params.items()) for q in grown
                    if q is not p and q.params["design"] == p.params["design"]) <= 3
     screen.generations = 0
-    assert strategy._evolve(list(start), 4) == start
+    assert strategy.pool.evolve(list(start), 4) == start
 
 
 def test_screening_works_for_a_space_without_designs(matmul_task, matmul_space):
@@ -229,13 +229,13 @@ def test_screening_works_for_a_space_without_designs(matmul_task, matmul_space):
 def test_pool_builds_each_setting_once_and_threads_agree_with_one(matmul_task, matmul_space, monkeypatch):
     """The pool's schedules, built on threads, are the ones a single thread builds; a setting met in an earlier
     pool (legal or not) is not built again, its features come from the screen's cache."""
-    import autosched.search.optuna_strategy as strategy_module
+    import autosched.search.pool as pool_module
 
     db = MemoryDatabase()
     strategy = OptunaStrategy(matmul_space, matmul_task.key, db.optuna_storage(), "tpe", 0)
     tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), 8, 4)
     strategy.screen = _screen(matmul_space, _fitted_random(), online=False)
-    batch = strategy._neighbours(24) + [strategy._random_params(7)]  # the last one: declared illegal below
+    batch = strategy.pool.neighbours(24) + [strategy.pool.random_params(7)]  # the last one: declared illegal below
     batch += batch[:3]  # the same settings twice in one batch
     built = []
     original = matmul_space.apply
@@ -249,20 +249,20 @@ def test_pool_builds_each_setting_once_and_threads_agree_with_one(matmul_task, m
     monkeypatch.setattr(matmul_space, "apply", counting)
     pools = []
     for threads in (1, 4):
-        monkeypatch.setattr(strategy_module, "APPLY_THREADS", threads)
-        strategy._pool_keys.clear()
+        monkeypatch.setattr(pool_module, "APPLY_THREADS", threads)
+        strategy.pool._pool_keys.clear()
         pool: dict = {}
-        legal = strategy._add_to_pool(pool, batch)
+        legal = strategy.pool.add(pool, batch)
         pools.append((legal, {k: v[0] for k, v in pool.items()}))
     assert pools[0] == pools[1] and pools[0][0][24] is False and sum(pools[0][0]) == 27
     distinct = len({tuple(sorted(p.items())) for p in batch})
     assert len(built) == 2 * distinct
-    strategy._proposals(pool, list(pool))  # featurised: a later pool needs no schedule for them
+    strategy.pool.proposals(pool, list(pool))  # featurised: a later pool needs no schedule for them
     built.clear()
     again: dict = {}
-    assert strategy._add_to_pool(again, batch) == pools[0][0]
+    assert strategy.pool.add(again, batch) == pools[0][0]
     assert built == [] and set(again) == set(pool) and all(sch is None for _, sch in again.values())
-    assert len(strategy._proposals(again, list(again))) == len(pool)
+    assert len(strategy.pool.proposals(again, list(again))) == len(pool)
 
 
 def test_proposed_settings_go_first_and_the_model_screens_only_the_rest_of_the_batch(matmul_task, matmul_space):
@@ -307,10 +307,10 @@ def test_a_design_below_its_share_gets_neighbours_of_its_own_best_settings(matmu
     screen = _screen(matmul_space)
     strategy = OptunaStrategy(matmul_space, matmul_task.key, db.optuna_storage(), "tpe", 0, screen=screen)
     tune_task(matmul_task, strategy, NullBuilder(), NullRunner(), db, TaskIO("x", 1), n_trials=24, batch_size=4)
-    designs = list(strategy._model_picks_per_design())
-    design = next(d for d in designs if any(p.get("design") == d for p in strategy._fastest()))
-    best = [p for p in strategy._fastest() if p.get("design") == design][:4]
-    samples = strategy._design_samples({d: (0 if d == design else 100) for d in designs}, 4)
+    designs = list(strategy.pool.model_picks_per_design())
+    design = next(d for d in designs if any(p.get("design") == d for p in strategy.pool.fastest()))
+    best = [p for p in strategy.pool.fastest() if p.get("design") == design][:4]
+    samples = strategy.pool.design_samples({d: (0 if d == design else 100) for d in designs}, 4)
     assert samples and all(s["design"] == design for s in samples)
     near = [s for s in samples if min(sum(b.get(k) != v for k, v in s.items()) for b in best) <= 3]
     assert len(near) >= 2 * strategy.screen.pool_factor

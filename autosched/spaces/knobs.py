@@ -1,0 +1,37 @@
+"""A design's knobs, one per sampling decision of its trace, and the view of a space that rule-based settings
+(``spaces/microkernel.py``) read them through, so that those need not import the space itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from optuna.distributions import BaseDistribution
+
+from autosched._tvm import IRModule, Trace
+
+
+@dataclass
+class Knob:
+    name: str
+    inst: Any  # the sampling Instruction in the design trace
+    kind: str
+    distribution: BaseDistribution
+    extent: int = 0
+    n_levels: int = 0
+    max_innermost: int = 0
+    choices: tuple = ()  # a categorical's candidates (e.g. unroll depths)
+
+
+class TiledSpace(Protocol):
+    """A space of design traces whose knobs are ``Knob``s (``TraceSearchSpace``)."""
+
+    mod: IRModule
+    designs: list[Trace]
+
+    def tile_knobs(self, design: int) -> dict[Any, list[Knob]]:
+        """The design's tilings: sampling instruction -> its knobs (levels 1..n-1), in trace order."""
+
+    def categorical_knobs(self, design: int) -> list[Knob]: ...
+
+    def default_params(self, design: int = 0) -> dict[str, Any]: ...
