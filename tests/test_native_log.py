@@ -44,8 +44,7 @@ def test_an_unwritable_log_file_is_a_one_line_error(tmp_path):
 
 
 def test_an_unexpected_failure_is_one_line_with_the_traceback_in_the_log(tmp_path, monkeypatch, capsys):
-    from autosched.cli import database
-    from autosched.cli import main
+    from autosched.cli import database, main
 
     def explode(args):
         raise RuntimeError("InternalError: Check failed: (x) is false: something deep in TVM\n  File a.cc\n  more")

@@ -4,7 +4,6 @@ model's favourites (a small evolutionary search)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -14,6 +13,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import Trial, TrialState
 
+from autosched.config import resolve_threads
 from autosched.errors import InvalidConfig
 from autosched.records import MeasureResult, schedule_key
 from autosched.search.screen import ModelScreen, Proposal
@@ -22,7 +22,7 @@ from autosched.spaces.base import SearchSpace
 
 MAX_PREBUILT = 256  # repaired settings' schedules kept until the sampler asks them (each built once)
 MAX_REMEMBERED = 100_000  # pooled settings whose schedule key is kept (a few MB), so none is built twice
-APPLY_THREADS = min(4, os.cpu_count() or 1)  # threads building a pool's schedules
+APPLY_THREADS = min(4, resolve_threads())  # threads building a pool's schedules
 
 Pool = dict[str, tuple[dict[str, Any], Any]]  # schedule key -> (setting, its schedule; None where featurised before)
 

@@ -23,6 +23,11 @@ class Knob:
     choices: tuple = ()  # a categorical's candidates (e.g. unroll depths)
 
 
+def tile_level(knob_name: str) -> int:
+    """The tile level of a tile knob (``d0.1.tile2`` -> 2)."""
+    return int(knob_name.rsplit("tile", 1)[1])
+
+
 class TiledSpace(Protocol):
     """A space of design traces whose knobs are ``Knob``s (``TraceSearchSpace``)."""
 

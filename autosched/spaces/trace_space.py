@@ -11,9 +11,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import math
-import os
-import random
 from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
@@ -29,20 +26,17 @@ from autosched._tvm import (
     load_tensor_intrins,
     ms,
 )
+from autosched.config import resolve_threads
 from autosched.errors import InvalidConfig
 from autosched.spaces.base import SearchSpace
 from autosched.spaces.designs import EXTRA_DESIGNS, ExtraDesign
+from autosched.spaces.gpu_repair import repair_gpu_setting
 from autosched.spaces.knobs import Knob
 from autosched.spaces.microkernel import DEFAULT_UNROLL, microkernel_params
 from autosched.spaces.settings import SpaceSettings
 from autosched.spaces.tiling import decode_tile, divisors, refit_tile  # noqa: F401 - refit_tile: importers
 
 log = logging.getLogger("autosched.spaces")
-
-
-def _level(knob_name: str) -> int:
-    """The tile level of a tile knob (``d0.1.tile2`` -> 2)."""
-    return int(knob_name.rsplit("tile", 1)[1])
 
 
 def _same_design(design: Trace, trace: Trace) -> bool:
@@ -75,8 +69,6 @@ def _fused_epilogues(design: Trace) -> int:
 
 
 STREAMING_LANES = 16  # the streaming design's default vector width
-MIN_THREADS = 32  # a GPU block's threads (MetaSchedule's thread_extent_low_inclusive)
-MAX_VTHREADS = 8  # VerifyGPUCode's max_vthread
 
 
 class TraceSearchSpace(SearchSpace):
@@ -91,7 +83,7 @@ class TraceSearchSpace(SearchSpace):
                 sch_rules=settings.schedule_rules(), postprocs=settings.make_postprocs(), mutator_probs={}
             ),
             task_name="main",
-            num_threads=os.cpu_count() or 1,
+            num_threads=resolve_threads(),
             rand_state=seed,
         )
         self.context = ctx  # also what the feature extractor needs
@@ -130,31 +122,9 @@ class TraceSearchSpace(SearchSpace):
         """The index of the extra design ``name`` (``designs.EXTRA_DESIGNS``), where the function has it."""
         return next((index for index, extra in self._extras.items() if extra.name == name), None)
 
-    # the extra designs' indices, read-only, under the attribute names they had before designs.py
-    @property
-    def streaming_design(self) -> int | None:
-        return self.design_index("streaming")
-
-    @property
-    def concat_design(self) -> int | None:
-        return self.design_index("concat")
-
-    @property
-    def row_design(self) -> int | None:
-        return self.design_index("row")
-
-    @property
-    def attention_design(self) -> int | None:
-        return self.design_index("attention")
-
-    @property
-    def serial_design(self) -> int | None:
-        return self.design_index("serial")
-
-    @property
-    def serial_source(self) -> int | None:
-        """The design the serial design is a copy of."""
-        return None if self.serial_design is None else self._sources[self.serial_design]
+    def source_of(self, design: int | None) -> int | None:
+        """The design that ``design`` is a copy of (the serial design's source); None for any other."""
+        return self._sources.get(design)
 
     # --- knobs ---------------------------------------------------------------------------------------------
     def _design_knobs(self, design: int, trace: Trace) -> list[Knob]:
@@ -271,93 +241,11 @@ class TraceSearchSpace(SearchSpace):
 
     def repair(self, params: dict[str, Any], seed: int = 0, max_steps: int = 200, max_applies: int = 10
                ) -> tuple[dict[str, Any], Schedule] | None:
-        """On a GPU, a legal setting near ``params`` (which VerifyGPUCode or a check rejected) and its schedule,
-        or None.
-
-        Uniform knob settings of a large GPU kernel pass under 1% of the time (4096^3 matmul on sm_90: 2 of 400):
-        the threads of a block must number 32..max_threads_per_block, its virtual threads at most 8, its shared
-        memory fit. A search left with nothing to measure stops. Threads and virtual threads are products of
-        tile factors at the levels bound to them (read off the design's Bind instructions) and are cheap to
-        decode: their knobs are stepped into range first; then the schedule is built, and while it is rejected
-        (shared memory, mostly) the largest tile levels shrink, more after each rejection, every other level
-        pinned so that what is freed goes to the block level. CPU spaces: None (their few rejections are better
-        left to the sampler)."""
+        """On a GPU, a legal setting near ``params`` and its schedule (``spaces/gpu_repair.py``); None on a CPU
+        (its few rejections are better left to the sampler) or where none is found."""
         if self.target.kind.name == "llvm":
             return None
-        design = int(params.get("design", 0))
-        bound = self._bound_knobs(design)
-        threads, vthreads = bound.get("threadIdx", []), bound.get("vthread", [])
-        tiles = {k.name: k for k in self._knobs[design] if k.kind == "SamplePerfectTile"}
-        high = int(self.target.attrs.get("max_threads_per_block", 1024))
-        rng, out, applies = random.Random(seed), dict(params), 0
-
-        def factors(names: list[str]) -> dict[str, int]:
-            _, decisions = self.decisions(out)
-            return {n: int(decisions[tiles[n].inst][_level(n)]) for n in names}
-
-        def shrink(names: list[str]) -> bool:
-            """The level with the largest factor among ``names`` gets the next smaller divisor."""
-            now = {n: f for n, f in factors(names).items() if f > 1}
-            if not now:
-                return False
-            for other, f in factors(list(tiles)).items():  # pinned: what is freed goes to the block level
-                out[other] = divisors(tiles[other].extent).index(f)
-            name = max(now, key=lambda n: (now[n], rng.random()))
-            out[name] = max(divisors(tiles[name].extent).index(now[name]) - 1, 0)
-            return True
-
-        for _ in range(max_steps):
-            n_threads = math.prod(factors(threads).values())
-            if math.prod(factors(vthreads).values()) > MAX_VTHREADS:
-                moved = shrink(vthreads)
-            elif n_threads > high:
-                moved = shrink(threads)
-            elif n_threads < MIN_THREADS:
-                grow = [n for n in threads if int(out[n]) < tiles[n].distribution.high]
-                if grow and rng.random() < 0.5:
-                    name = rng.choice(grow)
-                    out[name] = int(out[name]) + 1
-                    moved = True
-                else:  # the inner levels hold the extent a thread level needs
-                    moved = shrink([n for n in tiles if n not in threads and n not in vthreads])
-            else:
-                try:
-                    return out, self.apply(out)
-                except InvalidConfig:
-                    applies += 1
-                    if applies >= max_applies:
-                        return None
-                # shared memory or registers: the largest tile levels, more of them after each rejection
-                moved = all([shrink(list(tiles)) for _ in range(applies)])
-            if not moved:
-                return None
-        return None
-
-    @functools.lru_cache(maxsize=64)  # noqa: B019 - one entry per (space, design); spaces live as long as a task
-    def _bound_knobs(self, design: int) -> dict[str, list[str]]:
-        """Thread-axis kind (``threadIdx``, ``vthread``, ``blockIdx``) -> the tile knobs whose factors multiply
-        into its extent, from the design's Split, Fuse and Bind instructions."""
-        knob_of = {}  # (sampling instruction, level) -> knob name
-        for k in self._knobs[design]:
-            if k.kind == "SamplePerfectTile":
-                knob_of[(k.inst, _level(k.name))] = k.name
-        factor_of, loops_of = {}, {}  # tile variable -> (instruction, level); loop -> knob names
-        out: dict[str, list[str]] = {}
-        for inst in self.designs[design].insts:
-            kind = inst.kind.name
-            if kind == "SamplePerfectTile":
-                for level, var in enumerate(inst.outputs):
-                    factor_of[var] = (inst, level)
-            elif kind == "Split":
-                for loop, var in zip(inst.outputs, inst.inputs[1:], strict=False):
-                    name = knob_of.get(factor_of.get(var))
-                    loops_of[loop] = [name] if name else []
-            elif kind == "Fuse":
-                loops_of[inst.outputs[0]] = [n for loop in inst.inputs for n in loops_of.get(loop, [])]
-            elif kind == "Bind":
-                axis = str(inst.attrs[0]).split(".")[0]
-                out.setdefault(axis, []).extend(loops_of.get(inst.inputs[0], []))
-        return out
+        return repair_gpu_setting(self, params, seed, max_steps, max_applies)
 
     def transfer(self, trace: Trace) -> Schedule:
         """This function's schedule after the trace of a schedule of a function with the same structure at other
@@ -455,7 +343,7 @@ class TraceSearchSpace(SearchSpace):
     def serial_default(self) -> tuple[dict[str, Any], Schedule] | None:
         """The serial copy's own decisions as a schedule, where the space has one and they are legal; None
         otherwise. Measured beside ``default_schedule``: the faster of the two is what compile uses."""
-        return None if self.serial_design is None else self._own_decisions(self.serial_design)
+        return None if self.design_index("serial") is None else self._own_decisions(self.design_index("serial"))
 
     def default_params(self, design: int = 0) -> dict[str, Any]:
         """Knob values that reproduce the design trace's own (randomly sampled) decisions, where encodable; for the

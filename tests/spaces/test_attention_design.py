@@ -18,8 +18,8 @@ def test_a_fused_attention_defaults_to_its_blockwise_design_and_computes_softmax
     space = TraceSearchSpace(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target,
                              settings_for(target))
     params, sch = space.default_schedule()
-    assert space.attention_design is not None and params["design"] == space.attention_design
-    assert len(space.knobs(space.attention_design)) >= 5  # rows per block, register rows, vector widths
+    assert space.design_index("attention") is not None and params["design"] == space.design_index("attention")
+    assert len(space.knobs(space.design_index("attention"))) >= 5  # rows per block, register rows, vector widths
     script = sch.mod.script()
     assert "T.parallel" in script and "T.vectorized" in script
     rng = np.random.default_rng(0)
@@ -34,4 +34,5 @@ def test_a_fused_attention_defaults_to_its_blockwise_design_and_computes_softmax
     p = np.exp(logits - logits.max(-1, keepdims=True))
     np.testing.assert_allclose(out.numpy(), (p / p.sum(-1, keepdims=True)) @ v, rtol=1e-4, atol=1e-5)
     for index in (0, 2):  # other settings of the knobs stay legal
-        space.apply(dict(params, **{name: index for name in space.knobs(space.attention_design) if name != "design"}))
+        knobs = space.knobs(space.design_index("attention"))
+        space.apply(dict(params, **{name: index for name in knobs if name != "design"}))

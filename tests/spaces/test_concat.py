@@ -66,9 +66,9 @@ def test_a_concat_with_its_batch_norm_gets_a_partitioned_vectorised_design(threa
     assert len(space.designs) == len(without.designs) + 1
     # appended: the rules' designs keep their index, so a stored record replays as it did
     assert [str(d) for d in space.designs[:-1]] == [str(d) for d in without.designs]
-    assert space.concat_design == len(space.designs) - 1
+    assert space.design_index("concat") == len(space.designs) - 1
     params, sch = space.default_schedule()  # also what compile applies to a group without records
-    assert params == {"design": space.concat_design}
+    assert params == {"design": space.design_index("concat")}
     script = sch.mod.script()
     assert "if_then_else" in mod.script() and script.count("T.vectorized(") == len(CHANNELS)
     assert ("T.parallel" in script) == (threads > 1)
@@ -82,7 +82,7 @@ def test_a_concat_along_an_outer_axis_vectorises_each_parts_inner_loop():
     mod = _concat_bn_relu(channels=(3, 5), axis=1)  # rows of 7 x 7 per part
     space = _space(mod, threads=2)
     params, sch = space.default_schedule()
-    assert params == {"design": space.concat_design}
+    assert params == {"design": space.design_index("concat")}
     out, inputs = _run(sch, space.target, mod, seed=1)
     np.testing.assert_allclose(out, _reference(inputs, axis=1), rtol=1e-5, atol=1e-6)  # FMA contraction rounds once
 
@@ -104,7 +104,7 @@ def test_elementwise_work_and_padding_get_no_extra_design():
     padded = topi.nn.pad(x, [0, 1, 1, 0], [0, 1, 1, 0])
     for out in (relu, padded):
         mod = tvm.IRModule({"main": te.create_prim_func([x, out])})
-        assert _space(mod).concat_design is None
+        assert _space(mod).design_index("concat") is None
 
 
 def test_the_cpu_space_declares_the_design():

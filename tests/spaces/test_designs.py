@@ -23,10 +23,10 @@ def test_design_index_names_each_extra_design_the_function_has():
     target = make_target("llvm", 2)
     space = TraceSearchSpace(_nhwc_mean(), target, settings_for(target))
     n = len(space.designs)
-    assert space.design_index("streaming") == space.streaming_design == n - 2
-    assert space.design_index("serial") == space.serial_design == n - 1
-    assert space.serial_source == space.streaming_design
-    assert space.design_index("concat") is None and space.concat_design is None
+    assert space.design_index("streaming") == space.design_index("streaming") == n - 2
+    assert space.design_index("serial") == space.design_index("serial") == n - 1
+    assert space.source_of(space.design_index("serial")) == space.design_index("streaming")
+    assert space.design_index("concat") is None
     assert space.default_schedule()[0]["design"] == n - 2
     without = TraceSearchSpace(_nhwc_mean(), target, dataclasses.replace(settings_for(target), serial_small=False))
-    assert len(without.designs) == n - 1 and without.serial_design is None and without.serial_source is None
+    assert len(without.designs) == n - 1 and without.design_index("serial") is None

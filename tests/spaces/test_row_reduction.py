@@ -41,12 +41,12 @@ def _run(sch, target, arrays: list[np.ndarray], out_shape: tuple[int, ...]) -> n
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_softmax_gets_a_row_design_appended_that_computes_it(threads):
     space, without = _space(_softmax(), threads), _space(_softmax(), threads, rows=False)
-    assert len(space.designs) == len(without.designs) + 1 and space.row_design == len(space.designs) - 1
+    assert len(space.designs) == len(without.designs) + 1 and space.design_index("row") == len(space.designs) - 1
     # appended: the rules' designs (and the serial copy's source) keep their meaning for stored records
-    assert [str(d) for d in space.designs[:len(without.designs) - (without.serial_design is not None)]] == \
-        [str(d) for d in without.designs[:len(without.designs) - (without.serial_design is not None)]]
+    assert [str(d) for d in space.designs[:len(without.designs) - (without.design_index("serial") is not None)]] == \
+        [str(d) for d in without.designs[:len(without.designs) - (without.design_index("serial") is not None)]]
     params, sch = space.default_schedule()
-    assert params["design"] == space.row_design  # the norm's default is its own design
+    assert params["design"] == space.design_index("row")  # the norm's default is its own design
     script = sch.mod.script()
     assert "T.vectorized(16)" in script and ("T.parallel" in script) == (threads > 1)
     x = np.random.default_rng(0).standard_normal((96, 128)).astype("float32") * 4
@@ -58,7 +58,7 @@ def test_a_softmax_gets_a_row_design_appended_that_computes_it(threads):
 def test_a_layer_norm_gets_the_row_design_as_its_default():
     space = _space(_layer_norm(), 2)
     params, sch = space.default_schedule()
-    assert params["design"] == space.row_design
+    assert params["design"] == space.design_index("row")
     rng = np.random.default_rng(1)
     x, g, b = (rng.standard_normal(s).astype("float32") for s in ((64, 768), (768,), (768,)))
     want = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * g + b

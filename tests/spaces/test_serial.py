@@ -50,12 +50,12 @@ def _build_and_run(sch, target, mod, rng) -> tuple[str, list[np.ndarray]]:
 def test_a_small_gate_gets_a_serial_copy_of_its_default_that_runs_without_the_thread_pool():
     mod = _gate()
     space, without = _space(mod, 2), _space(mod, 2, serial=False)
-    assert space.serial_design == len(space.designs) - 1 == len(without.designs)
+    assert space.design_index("serial") == len(space.designs) - 1 == len(without.designs)
     # appended: the other designs keep their index, so a stored record replays as it did
     assert [str(d) for d in space.designs[:-1]] == [str(d) for d in without.designs]
     assert space.default_schedule()[0] == without.default_schedule()[0]  # the parallel default stays the default
     (_, parallel), (serial_params, serial) = space.default_schedule(), space.serial_default()
-    assert serial_params["design"] == space.serial_design
+    assert serial_params["design"] == space.design_index("serial")
     # a schedule is known by its decisions: the serial copy's must differ, or it would pass for measured
     assert schedule_key(space.effective_decisions(serial)) != schedule_key(space.effective_decisions(parallel))
     outs = {}
@@ -73,9 +73,9 @@ def test_a_small_gate_gets_a_serial_copy_of_its_default_that_runs_without_the_th
 def test_a_small_streaming_reduction_gets_a_serial_copy_of_the_streaming_design():
     mod = _nhwc_mean()
     space = _space(mod, 2)
-    assert space.serial_source == space.streaming_design is not None
+    assert space.source_of(space.design_index("serial")) == space.design_index("streaming") is not None
     params, sch = space.serial_default()
-    assert params["design"] == space.serial_design
+    assert params["design"] == space.design_index("serial")
     ll, (x, red) = _build_and_run(sch, space.target, mod, np.random.default_rng(1))
     assert PARALLEL_LAUNCH not in ll
     np.testing.assert_allclose(red, x.sum(axis=(1, 2), keepdims=True), rtol=1e-5, atol=1e-5)
@@ -85,4 +85,4 @@ def test_a_small_streaming_reduction_gets_a_serial_copy_of_the_streaming_design(
 def test_no_serial_copy_on_one_thread_or_above_the_size_limit(threads, n):
     space = _space(_gate(n), threads)
     assert iterations(space.mod) == n  # what is scheduled: fast math inlined the sigmoid into the tanh
-    assert space.serial_design is None and space.serial_default() is None
+    assert space.design_index("serial") is None and space.serial_default() is None

@@ -74,6 +74,6 @@ def test_the_default_schedule_is_the_streaming_design_with_16_lanes():
     """What compile applies to a reduction without records, and what tuning measures first as its default."""
     space = _space(_nhwc_mean(c=96), 1)
     params, sch = space.default_schedule()
-    assert params["design"] == space.streaming_design == len(space.designs) - 1
+    assert params["design"] == space.design_index("streaming") == len(space.designs) - 1
     assert "T.vectorized(16)" in sch.mod.script()
     assert _space(_row_sum(), 1).default_schedule()[0]["design"] == 0  # elsewhere the rules' first design
