@@ -251,7 +251,7 @@ def _print_precision(compiled) -> None:
 
 def _compile(args: argparse.Namespace, db, target, model=None, fused=None):
     """The API's compile of the command's model (or ``model`` with its ``fused`` module), with its progress."""
-    steps = Steps(BAR if model is None or mode_of(args) == BAR else mode_of(args))
+    steps = Steps(mode_of(args))
     return api.compile(args.model if model is None else model, target, db, shape_buckets=args.shape_buckets,
                        precision=args.precision, max_padding=args.max_padding, inputs=_inputs(args), on_step=steps,
                        on_note=note, on_progress=steps.progress, fused=fused)
