@@ -1,0 +1,177 @@
+"""Benchmark (no GPU needed): how much of each CUDA search space is legal, and whether what it builds compiles.
+
+    python bench/cuda_spaces.py                              # sm_80 and sm_90, 100 samples per operator
+    python bench/cuda_spaces.py --archs sm_90 --samples 20   # a quick look
+
+For each catalog operator (and a float16 matmul, where the tensor-core designs apply) on each architecture: the
+space's designs (and how many are tensor-core ones), the share of settings drawn uniformly from the space that
+are legal as drawn (VerifyGPUCode and the other postprocessors accept them: threads per block, virtual threads,
+shared memory), the share legal after ``TraceSearchSpace.repair`` (what the search measures), the time per
+sample, and whether the space's default schedule and a legal setting of each tensor-core design build with nvcc
+for that architecture. Prints a table and writes bench/results/cuda_spaces.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import git_commit, write_json  # noqa: E402
+
+SHAPES = {"matmul": (1024, 1024, 1024), "batch_matmul": (12, 128, 128, 64), "dense": (128, 3072, 768),
+          "conv2d": (1, 64, 56, 56, 64, 3, 3), "depthwise_conv2d": (1, 32, 112, 112, 3, 3), "softmax": (128, 768),
+          "layer_norm": (128, 768), "elementwise": (128, 3072), "gelu": (128, 3072)}
+FP16_MATMUL = (1024, 1024, 1024)  # float16 in and out: MultiLevelTilingTensorCore applies
+
+
+@dataclass
+class Row:
+    op: str
+    arch: str
+    designs: int = 0
+    tensor_core_designs: int = 0
+    samples: int = 0
+    valid_drawn: float = 0.0  # share legal as drawn
+    valid_repaired: float = 0.0  # share legal as drawn or after repair
+    ms_per_sample: float = 0.0
+    default_builds: bool | None = None  # the default schedule compiles with nvcc (None: not tried)
+    tensor_core_builds: list[bool] = field(default_factory=list)  # per tensor-core design: a legal setting compiles
+    errors: list[str] = field(default_factory=list)
+
+
+def draw(space, rng: np.random.Generator) -> dict:
+    """A setting drawn uniformly: a design, then each of its knobs."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    knobs, params = space.knobs(), {}
+    if isinstance(knobs.get("design"), CategoricalDistribution):
+        params["design"] = knobs["design"].choices[rng.integers(len(knobs["design"].choices))]
+        knobs = space.knobs(params["design"])
+    for name, dist in knobs.items():
+        if name == "design":
+            continue
+        if isinstance(dist, IntDistribution):
+            params[name] = int(dist.low + dist.step * rng.integers((dist.high - dist.low) // dist.step + 1))
+        else:
+            params[name] = dist.choices[rng.integers(len(dist.choices))]
+    return params
+
+
+def is_tensor_core(trace) -> bool:
+    """A design of MultiLevelTilingTensorCore: its blocks are annotated for auto-tensorization."""
+    return any(inst.kind.name == "Annotate" and "auto_tensorize" in str(inst.attrs) for inst in trace.insts)
+
+
+def matmul_fp16_f32acc_task(m: int, n: int, k: int, target):
+    """float16 in, float32 accumulation and out (what the issue asks tensor cores for); checked against numpy."""
+    from autosched._tvm import IRModule, te
+    from autosched.spaces.settings import settings_for
+    from autosched.tasks import primfunc_task
+
+    a, b = te.placeholder((m, k), "float16", name="A"), te.placeholder((k, n), "float16", name="B")
+    r = te.reduce_axis((0, k), "k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r].astype("float32") * b[r, j].astype("float32"), axis=r),
+                   name="C")
+    task = primfunc_task("matmul_fp16_f32acc", IRModule({"main": te.create_prim_func([a, b, c])}), target,
+                         settings_for(target).version)
+    task.reference = lambda ins: [ins[0].astype(np.float32) @ ins[1].astype(np.float32)]
+    return task
+
+
+def builds(mod, target) -> tuple[bool, str]:
+    from autosched._tvm import tvm
+
+    try:
+        tvm.compile(mod, target=target)
+        return True, ""
+    except Exception as err:  # noqa: BLE001 - the row records why
+        return False, f"{type(err).__name__}: {str(err).splitlines()[-1][:160] if str(err) else ''}"
+
+
+def measure(op: str, task, arch: str, samples: int, build: bool) -> Row:
+    from autosched.errors import InvalidConfig
+    from autosched.spaces.settings import settings_for
+    from autosched.spaces.trace_space import TraceSearchSpace
+
+    target = task.target
+    space = TraceSearchSpace(task.mod, target, settings_for(target), seed=0)
+    row = Row(op, arch, len(space.designs), sum(is_tensor_core(t) for t in space.designs), samples)
+    rng, drawn_ok, repaired_ok = np.random.default_rng(0), 0, 0
+    start = time.perf_counter()
+    legal: dict[int, dict] = {}  # design -> a legal setting of it
+    for i in range(samples):
+        params = draw(space, rng)
+        try:
+            space.apply(params)
+            drawn_ok += 1
+            legal.setdefault(int(params.get("design", 0)), params)
+        except (InvalidConfig, RuntimeError, ValueError):
+            fixed = space.repair(params, seed=i)
+            if fixed is not None:
+                repaired_ok += 1
+                legal.setdefault(int(fixed[0].get("design", 0)), fixed[0])
+    row.ms_per_sample = (time.perf_counter() - start) / max(samples, 1) * 1e3
+    row.valid_drawn, row.valid_repaired = drawn_ok / max(samples, 1), (drawn_ok + repaired_ok) / max(samples, 1)
+    if build:
+        found = space.default_schedule()
+        if found is not None:
+            row.default_builds, why = builds(found[1].mod, target)
+            row.errors += [f"default: {why}"] if why else []
+        for design, trace in enumerate(space.designs):
+            if not is_tensor_core(trace):
+                continue
+            if design not in legal:
+                row.tensor_core_builds.append(False)
+                row.errors.append(f"design {design}: no legal setting among the samples")
+                continue
+            ok, why = builds(space.apply(legal[design]).mod, target)
+            row.tensor_core_builds.append(ok)
+            row.errors += [f"design {design}: {why}"] if why else []
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--archs", default="sm_80,sm_90", help="CUDA architectures, comma-separated")
+    parser.add_argument("--samples", type=int, default=100, help="settings drawn per operator and architecture")
+    parser.add_argument("--ops", default=",".join(SHAPES) + ",matmul_fp16,matmul_fp16_f32acc",
+                        help="operators, comma-separated")
+    parser.add_argument("--no-build", action="store_true", help="skip the nvcc builds")
+    parser.add_argument("--out", default="cuda_spaces", help="name of the JSON written under bench/results/")
+    args = parser.parse_args(argv)
+    if args.samples < 1:
+        parser.error("--samples must be at least 1")
+    from autosched.spaces.settings import settings_for
+    from autosched.targets import use_nvcc_without_nvrtc
+    from autosched.tasks import make_target, op_task
+
+    use_nvcc_without_nvrtc()
+    from gpu_check import matmul_fp16_task
+
+    rows = []
+    for arch in args.archs.split(","):
+        target = make_target(arch)
+        for op in args.ops.split(","):
+            if op in ("matmul_fp16", "matmul_fp16_f32acc"):
+                task = (matmul_fp16_task if op == "matmul_fp16" else matmul_fp16_f32acc_task)(*FP16_MATMUL, target)
+            else:
+                task = op_task(op, SHAPES[op], target, settings_for(target).version)
+            rows.append(measure(op, task, arch, args.samples, not args.no_build))
+            r = rows[-1]
+            print(f"{arch:6s} {op:17s} designs {r.designs} (tensor core {r.tensor_core_designs})  legal as drawn "
+                  f"{r.valid_drawn:4.0%}  after repair {r.valid_repaired:4.0%}  {r.ms_per_sample:5.0f} ms/sample  "
+                  f"default builds {r.default_builds}  tensor-core designs build {r.tensor_core_builds}", flush=True)
+    path = write_json(args.out, {"command": "python bench/cuda_spaces.py " + " ".join(argv or sys.argv[1:]),
+                                 "commit": git_commit(), "samples": args.samples, "rows": [asdict(r) for r in rows]})
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
