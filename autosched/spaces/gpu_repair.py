@@ -36,6 +36,7 @@ def repair_gpu_setting(space: Any, params: dict[str, Any], seed: int = 0, max_st
     threads, vthreads = bound.get("threadIdx", []), bound.get("vthread", [])
     tiles = {k.name: k for knobs in space.tile_knobs(design).values() for k in knobs}
     high = int(space.target.attrs.get("max_threads_per_block", 1024))
+    per_thread = warp_size(space, design)  # threads per bound unit: a warp in a tensor-core design, else 1
     rng, out, applies = random.Random(seed), dict(params), 0
 
     def factors(names: list[str]) -> dict[str, int]:
@@ -54,7 +55,7 @@ def repair_gpu_setting(space: Any, params: dict[str, Any], seed: int = 0, max_st
         return True
 
     for _ in range(max_steps):
-        n_threads = math.prod(factors(threads).values())
+        n_threads = per_thread * math.prod(factors(threads).values())
         if math.prod(factors(vthreads).values()) > MAX_VTHREADS:
             moved = shrink(vthreads)
         elif n_threads > high:
@@ -79,6 +80,16 @@ def repair_gpu_setting(space: Any, params: dict[str, Any], seed: int = 0, max_st
         if not moved:
             return None
     return None
+
+def warp_size(space: Any, design: int) -> int:
+    """Threads per unit of the design's bound thread tiles: the target's warp size where the design runs a warp per
+    unit (a tensor-core design, annotated ``warp_execution``: threadIdx.x is the warp's 32 lanes, implicit), else 1.
+    Counting those units as threads made every repaired tensor-core block 32x too large (42-61 % of fp16 matmul
+    settings legal after repair on sm_80/sm_90)."""
+    warps = any(inst.kind.name == "Annotate" and "warp_execution" in str(inst.attrs)
+                for inst in space.designs[design].insts)
+    return int(space.target.attrs.get("thread_warp_size", 32)) if warps else 1
+
 
 @functools.lru_cache(maxsize=64)  # one entry per (space, design); spaces live as long as a task
 def bound_knobs(space: Any, design: int) -> dict[str, list[str]]:

@@ -274,6 +274,31 @@ def test_fp16_matmul_gets_tensor_core_designs_that_compile(arch, tmp_path):
                       [f"{n}_{k}" for n, src in sources.items() for k in set(KERNEL.findall(src))])
 
 
+def test_repair_counts_a_tensor_core_designs_warps_as_32_threads_each():
+    """A tensor-core design binds warps (threadIdx.x is a warp's 32 lanes, implicit): its repaired blocks fit the
+    thread limit counted in threads, and most uniformly drawn settings of a large float16 matmul repair legal (42-61 %
+    when warps were counted as threads; bench/cuda_spaces.py)."""
+    from autosched.spaces.gpu_repair import warp_size
+
+    target = make_target("sm_90")
+    task = primfunc_task("matmul_fp16", fp16_matmul(1024), target, settings_for(target).version)
+    space = TraceSearchSpace(task.mod, target, settings_for(target), seed=0)
+    assert [warp_size(space, d) for d in range(len(space.designs))] == [32] * len(space.designs)
+    rng, repaired = random.Random(0), []
+    for i in range(12):
+        design = rng.randrange(len(space.designs))
+        params = {"design": design, **{k: rng.randint(d.low, d.high) for k, d in space.knobs(design).items()}}
+        if (fixed := space.repair(params, seed=i)) is not None:
+            repaired.append(fixed[1])
+    assert len(repaired) >= 9, len(repaired)  # 10 of 12; 7 with warps counted as threads
+    for sch in repaired[:2]:
+        source = cuda_source(tvm.compile(sch.mod, target=target))
+        assert 32 <= int(re.search(r"__launch_bounds__\((\d+)\)", source).group(1)) <= 1024
+    fp32 = TraceSearchSpace(op_task("matmul", (256, 256, 256), target, settings_for(target).version).mod, target,
+                            settings_for(target), seed=0)
+    assert {warp_size(fp32, d) for d in range(len(fp32.designs))} == {1}  # threads bound one by one
+
+
 # --- a model through the graph path ----------------------------------------------------------------------------
 @pytest.mark.slow
 @needs_nvcc
