@@ -39,13 +39,20 @@ class SpaceSettings:
     row_reductions: bool = False  # one more design for norms and softmaxes (spaces/row_reduction.py)
     attention_blocks: bool = False  # one more design for a fused attention (spaces/attention.py)
     rule_defaults: bool = False  # a task's default schedule by its pattern (TraceSearchSpace.default_schedule)
+    tensor_core_output: str = ""  # CUDA: where wmma designs stage their output ("shared"; "": TVM's choice)
 
     def prepare(self, mod: IRModule) -> IRModule:
         """The PrimFunc the space schedules: ``mod`` with the ``fast_math`` rewrite (itself if there is none)."""
         return fast_math.rewrite(mod, self.fast_math) if self.fast_math else mod
 
-    def schedule_rules(self) -> Any:
+    def schedule_rules(self, target: Target | None = None) -> Any:
+        """The rule list for ``target``: "from-target" (TVM's own for it, unless ``tensor_core_output`` changes
+        its tensor-core rules: spaces/tensor_core.py), or the rules the file lists."""
         if self.rules == "from-target":
+            if self.tensor_core_output and target is not None:
+                from autosched.spaces.tensor_core import tensor_core_rules
+
+                return tensor_core_rules(target, self.tensor_core_output) or "from-target"
             return "from-target"
         return [_make_rule(dict(r)) for r in self.rules]
 
@@ -114,7 +121,15 @@ def _settings(path: Path, raw: dict[str, Any]) -> SpaceSettings:
         row_reductions=bool(raw.get("designs", {}).get("row_reductions", False)),
         attention_blocks=bool(raw.get("designs", {}).get("attention_blocks", False)),
         rule_defaults=bool(raw.get("designs", {}).get("rule_defaults", False)),
+        tensor_core_output=_tensor_core_output(path, raw.get("tensor_core", {})),
     )
+
+
+def _tensor_core_output(path: Path, table: dict[str, Any]) -> str:
+    scope = str(table.get("output_scope", ""))
+    if scope not in ("", "shared", "shared.dyn"):
+        raise IncompatibleArtefactError(f"{path.name}: [tensor_core] output_scope {scope!r}: use shared or shared.dyn")
+    return scope
 
 
 KNOWN_CHECKS = {"max_register_tile"}

@@ -80,7 +80,7 @@ class TraceSearchSpace(SearchSpace):
             mod=self.mod,
             target=target,
             space_generator=ms.space_generator.PostOrderApply(
-                sch_rules=settings.schedule_rules(), postprocs=settings.make_postprocs(), mutator_probs={}
+                sch_rules=settings.schedule_rules(target), postprocs=settings.make_postprocs(), mutator_probs={}
             ),
             task_name="main",
             num_threads=resolve_threads(),

@@ -240,19 +240,22 @@ def test_gpu_builds_get_a_longer_timeout_than_cpu_builds():
 
 
 # --- tensor cores ------------------------------------------------------------------------------------------------
-def fp16_matmul(n: int) -> IRModule:
-    """C = A @ B in float16 (accumulated in float16, as Relax legalizes a float16 matmul)."""
+def fp16_matmul(n: int, accumulate: str = "float16") -> IRModule:
+    """C = A @ B of float16 operands, accumulated (and written) in ``accumulate``: float16 as Relax legalizes a
+    float16 matmul, float32 as the mixed-precision rewrite asks."""
     a, b = te.placeholder((n, n), "float16", name="A"), te.placeholder((n, n), "float16", name="B")
     k = te.reduce_axis((0, n), name="k")
-    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k].astype(accumulate) * b[k, j].astype(accumulate), axis=k),
+                   name="C")
     return IRModule({"main": te.create_prim_func([a, b, c])})
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("accumulate", ["float16", "float32"])  # float32: built only with the output in "shared"
 @needs_nvcc
-def test_fp16_matmul_gets_tensor_core_designs_that_compile(arch, tmp_path):
+def test_fp16_matmul_gets_tensor_core_designs_that_compile(arch, accumulate, tmp_path):
     target = make_target(arch)
-    task = primfunc_task("matmul_fp16", fp16_matmul(128), target, settings_for(target).version)
+    task = primfunc_task("matmul_fp16", fp16_matmul(128, accumulate), target, settings_for(target).version)
     space = TraceSearchSpace(task.mod, target, settings_for(target), seed=0)
     tensor_core = [d for d, t in enumerate(space.designs) if "wmma_sync" in "\n".join(t.as_python())]
     assert tensor_core, "no tensor-core (wmma) design for a float16 matmul"

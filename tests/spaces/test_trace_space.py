@@ -150,6 +150,23 @@ def test_unsupported_knob_encoding_is_refused(tmp_path):
         load_settings(path)
 
 
+def test_the_tensor_core_output_scope_is_read_checked_and_only_changes_tensor_core_targets(tmp_path):
+    from autosched.spaces.tensor_core import tensor_core_rules
+    from autosched.tasks import make_target
+
+    cuda = data_dir("search_spaces") / "cuda.toml"
+    assert load_settings(cuda).tensor_core_output == "shared"
+    path = tmp_path / "cuda.toml"
+    path.write_text(cuda.read_text().replace('output_scope = "shared"', 'output_scope = "registers"'))
+    with pytest.raises(UserInputError, match="output_scope 'registers'"):
+        load_settings(path)
+    settings = load_settings(cuda)
+    assert settings.schedule_rules(make_target("llvm")) == "from-target"  # the CPU's rules are TVM's
+    assert tensor_core_rules(make_target('{"kind": "cuda", "arch": "sm_70"}'), "shared") is None  # before sm_75
+    rules = settings.schedule_rules(make_target("sm_90"))
+    assert [type(r).__name__ for r in rules].count("MultiLevelTilingTensorCore") == 2  # wmma (ours) and mma
+
+
 def test_cuda_space_generates_and_rejects_before_build():
     from autosched.tasks import make_target, op_task
 
