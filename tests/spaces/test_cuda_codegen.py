@@ -302,6 +302,36 @@ def test_repair_counts_a_tensor_core_designs_warps_as_32_threads_each():
     assert {warp_size(fp32, d) for d in range(len(fp32.designs))} == {1}  # threads bound one by one
 
 
+@pytest.mark.slow
+@needs_nvcc
+def test_a_float16_models_matmuls_get_tensor_core_designs_that_build(tmp_path):
+    """--precision fp16 on sm_90: the matmuls (float16 operands, float32 accumulation, bias and ReLU fused) get
+    tensor-core designs, and a legal setting of each builds; a width no 16x16 tile divides gets none."""
+    pytest.importorskip("onnx")
+    from onnx_graphs import mlp
+
+    import autosched
+
+    proto = mlp(batch=32, d_in=64, hidden=64, d_out=8)
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(proto.SerializeToString())
+    tasks = autosched.extract_model_tasks(str(path), "sm_90", precision="fp16")
+    built = {}
+    for task in (t for t in tasks if "matmul" in t.name):
+        space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=0)
+        tensor_core = [d for d, t in enumerate(space.designs) if "wmma_sync" in "\n".join(t.as_python())]
+        rng, sources = random.Random(0), []
+        for i in range(40):
+            if not tensor_core or len(sources) == len(tensor_core):
+                break
+            design = tensor_core[len(sources)]
+            params = {"design": design, **{k: rng.randint(d.low, d.high) for k, d in space.knobs(design).items()}}
+            if (fixed := space.repair(params, seed=i)) is not None:
+                sources.append(cuda_source(tvm.compile(fixed[1].mod, target=task.target)))
+        built[task.name] = (len(tensor_core), sum("wmma::mma_sync" in src for src in sources))
+    assert sorted(built.values()) == [(0, 0), (2, 2)], built  # 64 wide: both designs build; 8 wide: no tile
+
+
 # --- a model through the graph path ----------------------------------------------------------------------------
 @pytest.mark.slow
 @needs_nvcc
