@@ -30,9 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import time_interleaved, write_json  # noqa: E402
 
-FULL = {"matmul": (4096, 4096, 4096), "conv2d": (1, 256, 14, 14, 256, 3, 3), "model": "resnet18"}
-SMALL = {"matmul": (256, 256, 256), "conv2d": (1, 32, 14, 14, 32, 3, 3), "model": "tiny_cnn"}
-SHARES = {"matmul_fp32": 0.25, "matmul_fp16": 0.25, "conv2d": 0.15, "model": 0.35}  # of --budget-s (default)
+FULL = {"matmul": (4096, 4096, 4096), "conv2d": (1, 256, 14, 14, 256, 3, 3), "models": ("resnet18", "bert")}
+SMALL = {"matmul": (256, 256, 256), "conv2d": (1, 32, 14, 14, 32, 3, 3), "models": ("tiny_cnn",)}
+SHARES = {"matmul_fp32": 0.2, "matmul_fp16": 0.15, "matmul_fp16_f32acc": 0.15, "conv2d": 0.15,
+          "model": 0.35}  # of --budget-s (default)
 MIN_TRIALS = 8  # measurements per kernel even past its share of the budget
 FP16_TOLERANCE = 2e-2  # float16 accumulation over K=4096 terms, relative to the largest output
 
@@ -49,6 +50,7 @@ class Row:
     torch_ms: float | None
     max_rel_err: float | None
     graph_ms: float | None = None  # the model built with CUDA graphs (autosched.deploy.build's cuda_graph)
+    torch_compile_ms: float | None = None  # the model through torch.compile at its defaults (Inductor)
     error: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -191,6 +193,26 @@ def matmul_fp16_task(m: int, n: int, k: int, target):
     return task
 
 
+def matmul_fp16_f32acc_task(m: int, n: int, k: int, target):
+    """float16 in, float32 accumulation and out (as cuBLAS's float16 GEMM accumulates, and as autosched's
+    ``--precision fp16`` rewrite asks); checked against numpy in float32."""
+    import numpy as np
+
+    from autosched._tvm import IRModule, te
+    from autosched.spaces.settings import settings_for
+    from autosched.tasks import primfunc_task
+
+    a, b = te.placeholder((m, k), "float16", name="A"), te.placeholder((k, n), "float16", name="B")
+    r = te.reduce_axis((0, k), "k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r].astype("float32") * b[r, j].astype("float32"), axis=r),
+                   name="C")
+    task = primfunc_task("matmul_fp16_f32acc", IRModule({"main": te.create_prim_func([a, b, c])}), target,
+                         settings_for(target).version)
+    task.reference = lambda ins: [ins[0].astype(np.float32) @ ins[1].astype(np.float32)]
+    task.info["shape"] = (m, n, k)
+    return task
+
+
 def shares(model_share: float) -> dict[str, float]:
     """Each case's share of the budget: ``model_share`` for the model, the rest split as in ``SHARES``."""
     scale = (1.0 - model_share) / (1.0 - SHARES["model"])
@@ -213,6 +235,9 @@ def kernel_rows(target, shapes: dict, budget_s: float, dev: Devices, work: Path,
         ("matmul_fp32", mm, lambda a, b: torch.matmul(a, b), {}),
         ("matmul_fp16", matmul_fp16_task(*shapes["matmul"], target), lambda a, b: torch.matmul(a, b),
          {"rtol": FP16_TOLERANCE, "atol": FP16_TOLERANCE}),
+        # PyTorch's float16 matmul accumulates in float32 too (cuBLAS), returning float16: compared in float32
+        ("matmul_fp16_f32acc", matmul_fp16_f32acc_task(*shapes["matmul"], target),
+         lambda a, b: torch.matmul(a, b).float(), {"rtol": FP16_TOLERANCE, "atol": FP16_TOLERANCE}),
     ]
     conv = op_task("conv2d", shapes["conv2d"], target, version)
     conv.info["shape"] = shapes["conv2d"]
@@ -232,8 +257,10 @@ def kernel_rows(target, shapes: dict, budget_s: float, dev: Devices, work: Path,
 
 
 # --- one model ------------------------------------------------------------------------------------------------
-def model_row(name: str, target, seconds: float, dev: Devices, work: Path, repeat: int) -> Row:
-    """Tune the built-in model ``name`` for ``seconds``, compile it, check it against PyTorch, time both."""
+def model_row(name: str, target, seconds: float, dev: Devices, work: Path, repeat: int,
+              torch_compile: bool = True) -> Row:
+    """Tune the built-in model ``name`` for ``seconds``, compile it, check it against PyTorch (eager and, with
+    ``torch_compile``, ``torch.compile``), time them in interleaved rounds."""
     import torch
 
     from autosched import api
@@ -272,13 +299,42 @@ def model_row(name: str, target, seconds: float, dev: Devices, work: Path, repea
             module(t_x)
             dev.sync_torch()
 
-        times = time_pair({**calls, "torch": theirs}, repeat)
+        calls["torch"] = theirs
+        if torch_compile:  # Inductor at its defaults; its first call (the compile) is not timed
+            calls.update(inductor_call(module, t_x, want, row, dev))
+        times = time_pair(calls, repeat)
     row.autosched_ms, row.torch_ms, row.graph_ms = times["autosched"], times["torch"], times.get("cuda_graph")
+    row.torch_compile_ms = times.get("torch_compile")
+    if row.torch_compile_ms is not None:
+        row.notes.append(f"torch.compile (Inductor, defaults): {row.torch_compile_ms:.3f} ms "
+                         f"({row.torch_compile_ms / row.autosched_ms:.2f} vs autosched)")
     if row.graph_ms is not None:
         row.notes.append(f"with CUDA graphs: {row.graph_ms:.3f} ms ({row.torch_ms / row.graph_ms:.2f} vs torch)")
     row.notes += ["per call (VM instrument hook, device synchronised around each call):",
                   *profile(compiled, [x]).table(top=14).splitlines()]
     return row
+
+
+def inductor_call(module, t_x, want, row: Row, dev: Devices) -> dict:
+    """``{"torch_compile": call}`` for the module through ``torch.compile`` (checked against eager's ``want``), or
+    nothing with a note where Inductor cannot compile it here (no Triton, no C++ compiler)."""
+    import torch
+
+    compiled_module = torch.compile(module)
+    start = time.perf_counter()
+    try:
+        got = compiled_module(t_x).cpu().numpy()
+    except Exception as err:  # noqa: BLE001 - the row goes on without this contender
+        row.notes.append(f"torch.compile failed: {type(err).__name__}: {str(err).strip().splitlines()[0][:160]}")
+        return {}
+    row.max_rel_err = max(row.max_rel_err, max_rel_err(got, want))
+    row.notes.append(f"torch.compile's first call (its compile): {time.perf_counter() - start:.1f} s")
+
+    def inductor():
+        compiled_module(t_x)
+        dev.sync_torch()
+
+    return {"torch_compile": inductor}
 
 
 def timed_call(function, args, sync):
@@ -324,12 +380,15 @@ def print_table(rows: list[Row], bar: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--target", default="", help="default: this GPU's architecture (sm_XX); llvm: this CPU")
-    p.add_argument("--budget-s", type=float, default=400.0, help="tuning seconds for all four cases together")
+    p.add_argument("--budget-s", type=float, default=400.0, help="tuning seconds for all five cases together")
     p.add_argument("--model-share", type=float, default=SHARES["model"],
-                   help="the model's share of --budget-s (the kernels split the rest)")
+                   help="the models' share of --budget-s (the kernels split the rest)")
     p.add_argument("--small", action="store_true", help="small shapes and the tiny CNN (a dry run of the steps)")
     p.add_argument("--repeat", type=int, default=7, help="timing rounds per contender")
     p.add_argument("--out", default="gpu_check", help="JSON name under bench/results/")
+    p.add_argument("--no-torch-compile", action="store_true", help="leave torch.compile out of the models' rows")
+    p.add_argument("--models", default="", help="built-in models (zoo:NAME), comma-separated; default: resnet18,bert "
+                                                "(--small: tiny_cnn); they split the model share of the budget")
     args = p.parse_args(argv)
 
     from autosched._tvm import tvm
@@ -353,13 +412,15 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         share = shares(args.model_share)
         rows = kernel_rows(target, shapes, args.budget_s, devices, work, args.repeat, share)
-        print(f"[model] tuning {shapes['model']} for {args.budget_s * share['model']:.0f} s ...", flush=True)
-        try:
-            rows.append(model_row(shapes["model"], target, args.budget_s * share["model"], devices, work,
-                                  args.repeat))
-        except Exception as err:  # noqa: BLE001
-            rows.append(Row("model", shapes["model"], None, 0.0, 0, None, None, None, None,
-                            error=f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}"))
+        models = args.models.split(",") if args.models else shapes["models"]
+        for name in models:  # the models split the model share
+            seconds = args.budget_s * share["model"] / len(models)
+            print(f"[model] tuning {name} for {seconds:.0f} s ...", flush=True)
+            try:
+                rows.append(model_row(name, target, seconds, devices, work, args.repeat, not args.no_torch_compile))
+            except Exception as err:  # noqa: BLE001
+                rows.append(Row(name, "model", None, 0.0, 0, None, None, None, None,
+                                error=f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}"))
     wall_s = time.perf_counter() - start
     print_table(rows, 0.5)
     print(f"wall time {wall_s:.0f} s")
