@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ def load_bench():
     def load(name: str):
         spec = importlib.util.spec_from_file_location(f"{name}_bench", BENCH / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # a script's dataclasses look their module up there
         spec.loader.exec_module(module)
         return module
 

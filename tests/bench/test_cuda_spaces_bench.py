@@ -3,30 +3,17 @@ a GPU (builds where nvcc is installed)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "cuda_spaces.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("cuda_spaces", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["cuda_spaces"] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.mark.slow
-def test_it_measures_legal_shares_and_builds(tmp_path, capsys):
+def test_it_measures_legal_shares_and_builds(load_bench, tmp_path, capsys):
     builds = shutil.which("nvcc") is not None
     argv = ["--archs", "sm_90", "--samples", "3", "--ops", "softmax,matmul", "--out", str(tmp_path / "cs")]
-    assert load_script().main(argv + ([] if builds else ["--no-build"])) == 0
+    assert load_bench("cuda_spaces").main(argv + ([] if builds else ["--no-build"])) == 0
     rows = {r["op"]: r for r in json.loads((tmp_path / "cs.json").read_text())["rows"]}
     assert set(rows) == {"softmax", "matmul"} and all(r["arch"] == "sm_90" and r["designs"] > 0 for r in rows.values())
     for r in rows.values():
