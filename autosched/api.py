@@ -284,9 +284,7 @@ def plan_model(model: Any, target: str | Target = "llvm", config: TuneConfig | N
         return ModelPlan(first, target, merge_bucket_tasks(per_bucket),
                          sum(len(fusion_groups(fused)) for _, _, fused in loaded), config, deadline,
                          [sizes for sizes, _, _ in loaded], sum(len(t) for _, t in per_bucket))
-    loaded_model = _loaded(model, inputs, on_step)
-    with on_step(f"{loaded_model.name}: graph rewrites"):
-        fused = rewritten(loaded_model, target, precision, on_note)
+    loaded_model, fused = prepare_model(model, target, precision, inputs, on_step, on_note)
     with on_step(f"{loaded_model.name}: task extraction"):
         tasks = extract_tasks(fused, target, version)
     return ModelPlan(loaded_model, target, tasks, len(fusion_groups(fused)), config, deadline)
@@ -407,10 +405,8 @@ def compile(model: Any, target: str | Target = "llvm", db: str | Database | None
 
         if fused is None:
             model, fused = prepare_model(model, target, precision, inputs, on_step, on_note)
-        loaded_model = model
-        with on_step(f"{loaded_model.name}: compiling"):
-            return compile_model(loaded_model, target, database, fused=fused, cuda_graph=cuda_graph,
-                                 on_progress=on_progress)
+        with on_step(f"{model.name}: compiling"):
+            return compile_model(model, target, database, fused=fused, cuda_graph=cuda_graph, on_progress=on_progress)
 
 
 def load_compiled(path: str):

@@ -189,13 +189,15 @@ def _run(example: Example, args: argparse.Namespace,
     from autosched import api
     from autosched.config import TuneConfig
     from autosched.deploy.reference import max_relative_error, onnxruntime_session
+    from autosched.targets import check_measurable
     from autosched.timing import time_interleaved
 
     prepared = prepare(example, args.small)
     model, module, inputs = prepared.model, prepared.module, prepared.inputs
     arrays = [t.numpy() for t in inputs]
     config = TuneConfig(n_trials=args.trials, n_threads=args.threads, time_budget_s=args.time)
-    target = api.tuning_target(args.target, config)
+    # checked to run here; tune_model checks the rest (its cost model) when it tunes
+    target = check_measurable(api.build_target(args.target, config.threads))
     start_from_shipped_log(example, args.db, args.small)
     if args.time or args.trials:
         start = time.perf_counter()

@@ -45,24 +45,6 @@ class Row:
     errors: list[str] = field(default_factory=list)
 
 
-def draw(space, rng: np.random.Generator) -> dict:
-    """A setting drawn uniformly: a design, then each of its knobs."""
-    from optuna.distributions import CategoricalDistribution, IntDistribution
-
-    knobs, params = space.knobs(), {}
-    if isinstance(knobs.get("design"), CategoricalDistribution):
-        params["design"] = knobs["design"].choices[rng.integers(len(knobs["design"].choices))]
-        knobs = space.knobs(params["design"])
-    for name, dist in knobs.items():
-        if name == "design":
-            continue
-        if isinstance(dist, IntDistribution):
-            params[name] = int(dist.low + dist.step * rng.integers((dist.high - dist.low) // dist.step + 1))
-        else:
-            params[name] = dist.choices[rng.integers(len(dist.choices))]
-    return params
-
-
 def is_tensor_core(trace) -> bool:
     """A design of MultiLevelTilingTensorCore: its blocks are annotated for auto-tensorization."""
     return any(inst.kind.name == "Annotate" and "auto_tensorize" in str(inst.attrs) for inst in trace.insts)
@@ -80,6 +62,7 @@ def builds(mod, target) -> tuple[bool, str]:
 
 def measure(op: str, task, arch: str, samples: int, build: bool) -> Row:
     from autosched.errors import InvalidConfig
+    from autosched.search.pool import uniform_params
     from autosched.spaces.settings import settings_for
     from autosched.spaces.trace_space import TraceSearchSpace
 
@@ -90,7 +73,7 @@ def measure(op: str, task, arch: str, samples: int, build: bool) -> Row:
     start = time.perf_counter()
     legal: dict[int, dict] = {}  # design -> a legal setting of it
     for i in range(samples):
-        params = draw(space, rng)
+        params = uniform_params(space, rng)
         try:
             space.apply(params)
             drawn_ok += 1

@@ -218,17 +218,21 @@ class CandidatePool:
         return out
 
     def random_params(self, seed: int) -> dict[str, Any]:
-        """A point drawn uniformly from the space (the design first, then its knobs), reproducible by ``seed``."""
-        rng = np.random.default_rng([self.seed, seed])
-        knobs, params = self.space.knobs(), {}
-        if isinstance(knobs.get("design"), CategoricalDistribution):
-            params["design"] = knobs["design"].choices[rng.integers(len(knobs["design"].choices))]
-            knobs = self.space.knobs(params["design"])
-        for name, dist in knobs.items():
-            if name == "design":
-                continue
-            if isinstance(dist, IntDistribution):
-                params[name] = int(dist.low + dist.step * rng.integers((dist.high - dist.low) // dist.step + 1))
-            elif isinstance(dist, CategoricalDistribution):
-                params[name] = dist.choices[rng.integers(len(dist.choices))]
-        return params
+        """A point drawn uniformly from the space (``uniform_params``), reproducible by ``seed``."""
+        return uniform_params(self.space, np.random.default_rng([self.seed, seed]))
+
+
+def uniform_params(space: SearchSpace, rng: np.random.Generator) -> dict[str, Any]:
+    """A point drawn uniformly from ``space`` with ``rng``: the design first, then each of its knobs."""
+    knobs, params = space.knobs(), {}
+    if isinstance(knobs.get("design"), CategoricalDistribution):
+        params["design"] = knobs["design"].choices[rng.integers(len(knobs["design"].choices))]
+        knobs = space.knobs(params["design"])
+    for name, dist in knobs.items():
+        if name == "design":
+            continue
+        if isinstance(dist, IntDistribution):
+            params[name] = int(dist.low + dist.step * rng.integers((dist.high - dist.low) // dist.step + 1))
+        elif isinstance(dist, CategoricalDistribution):
+            params[name] = dist.choices[rng.integers(len(dist.choices))]
+    return params
