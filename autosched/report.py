@@ -18,11 +18,13 @@ from typing import Any
 
 from autosched.db import Database, TaskRow
 from autosched.records import Status, TuningRecord
+from autosched.search.study import task_studies
+from autosched.tasks import describe_target
 from autosched.tune import BASELINE_DECISIONS
 from autosched.version import __version__
 
 REPORT_FORMAT = "autosched-report"
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: tasks sorted by share, with share and search
 RUN_GAP_S = 15 * 60.0  # records further apart than this are separate runs: the gap is cut from the time axis
 TIMING_ATTR = "timing_s"  # the Optuna user attribute set on measured trials (search/optuna_strategy.py)
 SPLIT_PARTS = ("search", "build", "measure")
@@ -69,6 +71,8 @@ class TaskReport:
     timing: dict[str, float]  # search_s, build_s, measure_s, build_worker_s, n_timed
     predictions: Predictions
     errors: dict[str, list[str]]  # status -> a few distinct error lines
+    search: dict[str, Any] = field(default_factory=dict)  # state, n_trials (None: unknown), short, text: _search
+    share: float | None = None  # of the estimated model latency (weight x best latency over their sum)
 
 
 @dataclass
@@ -114,10 +118,14 @@ def gather(db: Database, name: str = "") -> Report:
     rows = db.tasks()
     records = {row.task_key: [r for r in db.records(row.task_key) if r.target == row.target] for row in rows}
     clock = TuningClock([r.created_at for recs in records.values() for r in recs])
-    timings = _optuna_timings(db, [row.task_key for row in rows])
+    found = _optuna_timings(db, [row.task_key for row in rows])
+    timings = found or {}
     tasks = [_task_report(row, records[row.task_key], clock, timings.get(row.task_key, [])) for row in rows]
+    for t in tasks:
+        t.search = _search(t, len(timings.get(t.key, [])) if found is not None else None)
     notes: list[str] = []
     end_to_end = _end_to_end(tasks, records, clock, notes)
+    tasks = _by_share(tasks)
     split = _time_split(tasks, clock, notes)
     failures = Counter()
     for t in tasks:
@@ -150,14 +158,12 @@ class TuningClock:
 
 
 def _task_report(row: TaskRow, recs: list[TuningRecord], clock: TuningClock, timings: list[dict]) -> TaskReport:
-    target = json.loads(row.target)
     measured = [r for r in recs if r.status is not Status.INVALID]
     baseline = next((r for r in measured if r.decisions == BASELINE_DECISIONS), None)
     untuned = baseline.latency_s if baseline is not None and baseline.status is Status.OK else None
     curve = _curve(measured, clock)
     return TaskReport(
-        key=row.task_key, name=row.name,
-        target=f"{target.get('kind', '?')} {target.get('mcpu', '')} x{target.get('num-cores', '?')}".replace("  ", " "),
+        key=row.task_key, name=row.name, target=describe_target(row.target),
         flops=row.flops, weight=int(row.info.get("weight", 1)),
         weight_known="weight" in row.info or "group" not in row.info,  # an operator or program is called once
         pattern=str(row.info.get("pattern", "")),
@@ -236,21 +242,21 @@ def _pooled_predictions(tasks: list[TaskReport], notes: list[str]) -> dict[str, 
     return {"n": len(predicted), "spearman": _spearman(predicted, measured)}
 
 
-def _optuna_timings(db: Database, keys: list[str]) -> dict[str, list[dict]]:
-    """Task key -> the timing attributes of its study's measured trials (read only: no study, no storage made)."""
+def _optuna_timings(db: Database, keys: list[str]) -> dict[str, list[dict]] | None:
+    """Task key -> the timing attributes of its study's measured trials (read only: no study, no storage made);
+    None where the database holds no Optuna storage (an export, a memory database): who measured what is unknown."""
     engine = getattr(db, "engine", None)
     if engine is None:
-        return {}
+        return None
     import sqlalchemy as sa
 
     if "studies" not in sa.inspect(engine).get_table_names():
-        return {}
+        return None
     storage = db.optuna_storage()
-    names = [s.study_name for s in storage.get_all_studies()]
+    studies = task_studies(storage)
     out: dict[str, list[dict]] = {}
-    for key in keys:  # a task's study, and one begun when its space gained a design (OptunaStrategy._open_study)
-        ids = [storage.get_study_id_from_name(n) for n in names
-               if n == f"autosched-{key}" or n.startswith(f"autosched-{key}@")]
+    for key in keys:  # a task's study, and one begun when its space gained a design (StudyBridge._open_study)
+        ids = [storage.get_study_id_from_name(s.study_name) for s in studies.get(key, [])]
         if not ids:
             continue
         trials = [t for i in ids for t in storage.get_all_trials(i, deepcopy=False)]
@@ -258,6 +264,49 @@ def _optuna_timings(db: Database, keys: list[str]) -> dict[str, list[dict]]:
                     if t.state.is_finished() and t.user_attrs.get("status") not in (None, Status.INVALID.value)
                     and not t.user_attrs.get("duplicate")]
     return out
+
+
+SEARCHED, DEFAULTS, UNTUNED_ONLY, NEVER_REACHED, UNKNOWN = "searched", "defaults", "untuned only", "never reached", \
+    "unknown"
+
+
+def _search(t: TaskReport, n_searched: int | None) -> dict[str, Any]:
+    """Whether the search reached the task, from what the database knows: its study's measured trials (Optuna's
+    storage), else its records: the untuned build (the baseline), the other records measured before any search
+    (the task's default schedule, other micro-kernels, the bests of similar tasks and of other CPUs: not told
+    apart by the database), or nothing."""
+    n_other = t.n_measured - (t.curve.baseline_trial is not None)
+    kept = "the untuned build" if t.best and t.best["baseline"] else "the best of them"
+    if n_searched:
+        state, short, text = SEARCHED, f"yes: {n_searched} trials", f"searched: {n_searched} trials from its study"
+    elif n_searched is None and t.predictions.predicted:  # the cost model screens only the search's proposals
+        n_picked = len(t.predictions.predicted)
+        state, short = SEARCHED, f"yes: {n_picked}+ trials"
+        text = (f"searched: {n_picked} of its {t.n_measured} measured candidates were the cost model's picks (no "
+                "Optuna study in this database to count the search's other trials)")
+    elif n_searched is None and n_other:
+        state, short = UNKNOWN, "unknown"
+        text = (f"{n_other} schedules measured besides the untuned build, by the search or as defaults: this "
+                "database holds no Optuna study to tell")
+    elif n_other:
+        state, short = DEFAULTS, f"no: {n_other} defaults"
+        text = (f"not searched: {n_other} default candidates measured (its default schedule, other micro-kernels, "
+                f"similar tasks' and other CPUs' bests), {kept} kept")
+    elif t.n_measured:
+        state, short, text = UNTUNED_ONLY, "no: untuned only", "not searched: only its untuned build measured"
+    else:
+        state, short, text = NEVER_REACHED, "never reached", "never reached: nothing measured"
+    return {"state": state, "n_trials": n_searched, "short": short, "text": text}
+
+
+def _by_share(tasks: list[TaskReport]) -> list[TaskReport]:
+    """Tasks by their share of the estimated latency, largest first (each task's weight x best latency over their
+    sum); those without a success after, by weight x untuned latency, then the unmeasured."""
+    cost = {t.key: t.weight * t.best["latency_s"] for t in tasks if t.best}
+    total = sum(cost.values())
+    for t in tasks:
+        t.share = cost[t.key] / total if t.key in cost and total > 0 else None
+    return sorted(tasks, key=lambda t: (t.key not in cost, -cost.get(t.key, t.weight * (t.untuned_s or 0.0))))
 
 
 def _sum_timings(timings: list[dict | None]) -> dict[str, float]:

@@ -23,10 +23,12 @@ body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin:
        padding: 0 1em; color: #222; }
 h1 { font-size: 1.6em; margin-bottom: .2em; } h2 { margin-top: 1.8em; border-bottom: 1px solid #ddd; }
 .meta, .note { color: #666; } .note { font-style: italic; }
-table { border-collapse: collapse; margin: .6em 0; } td, th { padding: .25em .6em; border-bottom: 1px solid #eee; }
-th { text-align: left; background: #f6f6f6; }
+table { border-collapse: collapse; margin: .6em 0; max-width: 100%; }
+td, th { padding: .25em .6em; border-bottom: 1px solid #eee; } th { text-align: left; background: #f6f6f6; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-code { font-size: 12px; word-break: break-all; }
+td.name { min-width: 10em; overflow-wrap: anywhere; } td.knobs { min-width: 20em; }
+.searched { color: #2a6e3f; } .unsearched { color: #a0522d; } details summary { color: #666; font-size: 12px; }
+code { font-size: 12px; overflow-wrap: anywhere; }
 .grid { display: flex; flex-wrap: wrap; gap: 12px; } figure { margin: 0; } figcaption { color: #666; font-size: 12px; }
 img.plot { display: block; }
 """
@@ -79,12 +81,16 @@ def _num(x: float | None, spec: str = ".1f", suffix: str = "") -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:{spec}}{suffix}"
 
 
-def _table(head: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
+def _table(head: list[str], rows: list[list[str]], numeric: set[int] | None = None, table_id: str = "") -> str:
+    """Cells as given (HTML); the ``numeric`` columns right-aligned, the first (a task's name) wrapping anywhere
+    (fused names run to a hundred characters without a space) so that the table fits the page."""
     numeric = numeric or set()
     th = "".join(f"<th>{_e(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td class=\"num\">{c}</td>" if i in numeric else f"<td>{c}</td>"
-                                    for i, c in enumerate(row)) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+    cls = lambda i: (" class=\"num\"" if i in numeric else " class=\"name\"" if i == 0  # noqa: E731
+                     else " class=\"knobs\"" if head[i] == "knob values" else "")
+    body = "".join("<tr>" + "".join(f"<td{cls(i)}>{c}</td>" for i, c in enumerate(row)) + "</tr>" for row in rows)
+    attr = f" id=\"{_e(table_id)}\"" if table_id else ""
+    return f"<table{attr}><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _img(fig, alt: str, caption: str = "", plot_id: str = "") -> str:
@@ -124,23 +130,48 @@ def _summary(r: Report, Figure) -> str:
              f"<b>{fmt_s(final)}</b>, untuned {fmt_s(untuned)}{speedup}; tuning time {fmt_wall(r.time_split['wall_s'])}"
              f" in {r.time_split['n_runs']} run(s).</p>"]
     if e2e["time_s"]:
-        fig = Figure(figsize=(7.5, 3.2))
-        ax = fig.subplots()
-        ax.step(e2e["time_s"], _us(e2e["estimated_s"]), where="post", color="#4c72b0", label="tuned (best so far)")
-        if untuned:
-            ax.axhline(untuned * 1e6, color="#999", ls="--", lw=1, label="untuned")
-        ax.set_xlabel("tuning time (s)")
-        ax.set_ylabel("estimated latency (us)")
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=.3)
-        ax.legend(loc="best")
-        lines.append(_img(fig, "estimated model latency vs tuning time",
-                          "gaps of over 15 minutes between records (separate runs) are cut from the time axis",
-                          "end-to-end"))
+        lines.append(_img(end_to_end_figure(r, Figure), "estimated model latency vs tuning time",
+                          "log scale: equal heights are equal speed-ups; gaps of over 15 minutes between records "
+                          "(separate runs) are cut from the time axis", "end-to-end"))
     else:
         lines.append("<p class=\"note\">no task has a successful measurement yet: no end-to-end curve</p>")
     lines += [f"<p class=\"note\">{_e(n)}</p>" for n in r.notes if "end-to-end" in n]
     return "\n".join(lines)
+
+
+def end_to_end_figure(r: Report, Figure):
+    """The estimated model latency against tuning time, on a log scale: a 23x fall leaves the last 5x of it
+    half the height (on a linear axis it is squashed into the bottom tenth)."""
+    e2e = r.end_to_end
+    values = [v for v in (*e2e["estimated_s"], e2e["untuned_s"]) if v]
+    unit, scale = ("ms", 1e3) if min(values) >= 1e-4 else ("us", 1e6)
+    fig = Figure(figsize=(7.5, 3.2))
+    ax = fig.subplots()
+    ax.step(e2e["time_s"], [v * scale for v in e2e["estimated_s"]], where="post", color="#4c72b0",
+            label="tuned (best so far)")
+    if e2e["untuned_s"]:
+        ax.axhline(e2e["untuned_s"] * scale, color="#999", ls="--", lw=1, label="untuned")
+    _log_axis(ax, min(values) * scale, max(values) * scale)
+    ax.set_xlabel("tuning time (s)")
+    ax.set_ylabel(f"estimated latency ({unit}, log scale)")
+    ax.grid(alpha=.3, which="both")
+    ax.legend(loc="best")
+    return fig
+
+
+def _log_axis(ax, low: float, high: float) -> None:
+    """A log scale labelled in plain numbers (1, 2, 5, 10, 20, ...: fewer minor labels the more decades)."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_yscale("log")
+    decades = math.log10(high / low) if low > 0 else 9
+    keep = range(1, 10) if decades < 0.7 else (2, 3, 5) if decades < 1.5 else (2, 5) if decades < 2.5 else ()
+
+    def minor(v: float, _: int) -> str:
+        return f"{v:g}" if v > 0 and round(v / 10 ** math.floor(math.log10(v) + 1e-9)) in keep else ""
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(minor))
 
 
 def _split(r: Report, Figure) -> str:
@@ -215,17 +246,28 @@ def _knobs(best: dict[str, Any]) -> str:
     return "<code>" + _e(", ".join(f"{k}={v}" for k, v in best["params"].items())) + "</code>"
 
 
+def _searched(t: TaskReport) -> str:
+    """The short verdict, the whole sentence as its tooltip."""
+    state = t.search.get("state", "")
+    return (f"<span class=\"{'searched' if state == 'searched' else 'unsearched'}\" data-search=\"{_e(state)}\" "
+            f"title=\"{_e(t.search.get('text', ''))}\">{_e(t.search.get('short', ''))}</span>")
+
+
 def _best_table(r: Report) -> str:
     rows = []
     for t in r.tasks:
         b = t.best or {}
-        rows.append([_e(t.name), _e(t.pattern), str(t.weight), str(t.n_measured), fmt_s(t.untuned_s),
-                     fmt_s(b.get("latency_s")), _num(b.get("gflops")), _num(b.get("speedup"), ".2f", "x"),
-                     str(b.get("trial", "-")), _knobs(b) if b else "-",
-                     "<code>" + _e(json.dumps(b["decisions"])) + "</code>" if b else "-"])
-    return ("<h2>Best schedule per task</h2>" + _table(
-        ["task", "pattern", "weight", "trials", "untuned", "best", "GFLOPS", "speedup", "at trial", "knob values",
-         "decisions"], rows, {2, 3, 4, 5, 6, 7, 8}))
+        knobs = _knobs(b) if b else "-"
+        if b and not b["baseline"]:
+            knobs += ("<details><summary>decisions</summary><code>" + _e(json.dumps(b["decisions"]))
+                      + "</code></details>")
+        rows.append([_e(t.name), _num(t.share * 100 if t.share is not None else None, ".1f", " %"), _searched(t),
+                     _e(t.pattern), str(t.weight), str(t.n_measured), fmt_s(t.untuned_s), fmt_s(b.get("latency_s")),
+                     _num(b.get("gflops")), _num(b.get("speedup"), ".2f", "x"), str(b.get("trial", "-")), knobs])
+    return ("<h2>Best schedule per task</h2><p>Largest share of the estimated model latency first (share: the "
+            "task's weight x best latency over the sum of them).</p>" + _table(
+                ["task", "share", "searched?", "pattern", "weight", "trials", "untuned", "best", "GFLOPS", "speedup",
+                 "at trial", "knob values"], rows, {1, 4, 5, 6, 7, 8, 9, 10}, "best-per-task"))
 
 
 def _failures(r: Report, Figure) -> str:
@@ -276,5 +318,6 @@ def _predictions(r: Report, Figure) -> str:
 def _footer(r: Report) -> str:
     db = r.database
     url = db if "://" in db else f"sqlite:///{db}"
-    return (f"<h2>Explore the search</h2><p>The database holds Optuna's own storage (one study per task, "
-            f"<code>autosched-&lt;task key&gt;</code>): <code>optuna-dashboard {_e(url)}</code> opens it.</p>")
+    return (f"<h2>Explore the search</h2><p>The database holds Optuna's own storage (one study per task, named "
+            f"<code>autosched-&lt;task key&gt; &lt;task&gt; · &lt;pattern&gt; · &lt;shapes&gt; · &lt;target&gt;"
+            f"</code>): <code>optuna-dashboard {_e(url)}</code> opens it.</p>")

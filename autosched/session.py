@@ -224,7 +224,7 @@ class TuningSession:
         if screen is not None:
             warm_screen(screen, task, records)
         return OptunaStrategy(space, task.key, db.optuna_storage(), cfg.sampler, cfg.seed,
-                              seen=seen_from_records(records), screen=screen)
+                              seen=seen_from_records(records), screen=screen, about=task.about())
 
     def tune(self, task: Task, db: Database, on_progress: Callable[[TuneProgress], None] | None = None,
              strategy: OptunaStrategy | None = None, n_trials: int | None = None,

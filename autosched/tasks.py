@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,11 @@ class Task:
     def arg_specs(self) -> list[tuple[tuple[int, ...], str]]:
         return arg_specs(self.mod["main"])
 
+    def about(self) -> dict[str, str]:
+        """What a person reads to tell this task from others (``describe_task``)."""
+        return describe_task(self.name, str(self.info.get("pattern", "")), self.arg_specs(), self.n_outputs,
+                             self.target_json)
+
     def random_inputs(self, seed: int, domain: str = "normal") -> list[np.ndarray]:
         """Inputs to check and time the task with: the model's own constants where the task has them
         (``constants``: weights, masks, position tables); other floats drawn from ``domain`` (see
@@ -66,6 +72,28 @@ class Task:
 # Distributions of non-constant float inputs, tried in order until the reference output is finite:
 # standard normal, then positive values of moderate size (inside the domains of log, sqrt, pow and division).
 INPUT_DOMAINS: dict[str, tuple[float | None, float | None]] = {"normal": (None, None), "positive": (0.5, 1.5)}
+
+
+def describe_target(target: str) -> str:
+    """A target JSON in a few words: ``llvm znver5 x4``, ``cuda sm_90``."""
+    t = json.loads(target)
+    cores = t.get("num-cores")
+    return " ".join(str(p) for p in (t.get("kind", "?"), t.get("mcpu") or t.get("arch"), cores and f"x{cores}") if p)
+
+
+def describe_shapes(specs: list[tuple[tuple[int, ...], str]], n_outputs: int = 1, max_chars: int = 160) -> str:
+    """Argument shapes, inputs then outputs: ``1x768, 768x768 -> 1x768 float32`` (each dtype where they differ)."""
+    one_dtype = len({d for _, d in specs}) == 1
+    text = lambda group: ", ".join("x".join(map(str, s)) + ("" if one_dtype else f" {d}") for s, d in group)  # noqa: E731
+    out = f"{text(specs[:-n_outputs])} -> {text(specs[-n_outputs:])}" + (f" {specs[0][1]}" if one_dtype else "")
+    return out if len(out) <= max_chars else out[: max_chars - 3] + "..."
+
+
+def describe_task(name: str, pattern: str, specs: list[tuple[tuple[int, ...], str]], n_outputs: int,
+                  target: str) -> dict[str, str]:
+    """A task's name, fusion pattern (empty for an operator or program), shapes and target, as short strings."""
+    return {"task": name, "pattern": pattern, "shape": describe_shapes(specs, n_outputs),
+            "target": describe_target(target)}
 
 
 def op_task(op: str, shape: tuple[int, ...], target: Target, space_version: int) -> Task:

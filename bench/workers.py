@@ -142,11 +142,10 @@ def _ts(d: datetime.datetime | None) -> float | None:
 
 def analyse(db_path: Path, run: dict, args) -> dict:
     """Counts, the per-worker split and the checks, from the records, the Optuna studies and the claims."""
-    import optuna
-
     from autosched.db import open_database
     from autosched.records import Status, schedule_key
     from autosched.search.optuna_strategy import OWNER_ATTR, STATUS_ATTR, TIMING_ATTR
+    from autosched.search.study import load_task_study
     from autosched.tune import BASELINE_DECISIONS
 
     worker_of = {w["pid"]: w["worker"] for w in run["workers"]}
@@ -164,7 +163,7 @@ def analyse(db_path: Path, run: dict, args) -> dict:
             best = db.best(task.task_key)
             base = next((r for r in recs if r.decisions == BASELINE_DECISIONS), None)
             try:
-                study = optuna.load_study(study_name=f"autosched-{task.task_key}", storage=db.optuna_storage())
+                study = load_task_study(db.optuna_storage(), task.task_key)
                 trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(OWNER_ATTR)]
             except KeyError:  # no search round on this task (a small budget: its baseline was its share)
                 trials = []

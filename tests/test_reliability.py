@@ -23,6 +23,7 @@ from autosched.cli import main
 from autosched.config import TuneConfig
 from autosched.db import SQLDatabase, open_database
 from autosched.records import Candidate, Status
+from autosched.search.study import load_task_study
 from autosched.session import TuningSession
 from autosched.tasks import make_target, op_task
 from autosched.testing.fakes import ListStrategy
@@ -168,8 +169,6 @@ def _group_alive_after(pgid: int, timeout_s: float) -> bool:
 def _check_consistent(db_path: Path, measured_not_told: int = 0) -> tuple[list, object]:
     """The file passes SQLite's integrity check, every record is a distinct schedule, and every record is one
     finished Optuna trial (less ``measured_not_told`` trials: committed, then killed before Optuna heard)."""
-    import optuna
-
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("pragma integrity_check").fetchone()[0] == "ok"
     db = open_database(str(db_path), create=False)
@@ -177,7 +176,7 @@ def _check_consistent(db_path: Path, measured_not_told: int = 0) -> tuple[list, 
     recs = db.records(task.task_key)
     keys = [json.dumps(r.decisions, sort_keys=True) for r in recs]
     assert len(keys) == len(set(keys)), "a schedule was recorded twice"
-    study = optuna.load_study(study_name=f"autosched-{task.task_key}", storage=db.optuna_storage())
+    study = load_task_study(db.optuna_storage(), task.task_key)
     finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()
                 and t.state.name in ("COMPLETE", "PRUNED") and not t.user_attrs.get("duplicate")]
     assert len(recs) - measured_not_told <= len(finished) <= len(recs)
@@ -275,8 +274,6 @@ def _run_concurrently(url: str, n_workers: int, n_trials: int, same_seed: bool =
 
 
 def _check_shared(url: str, reports: list[dict], n_trials: int, batch: int = 2) -> None:
-    import optuna
-
     db = open_database(url, create=False)
     (task,) = db.tasks()
     recs = db.records(task.task_key)
@@ -284,7 +281,7 @@ def _check_shared(url: str, reports: list[dict], n_trials: int, batch: int = 2) 
     # the budget is the database's, shared by the workers (each may have one batch in flight when it is reached)
     assert n_trials <= len(recs) < n_trials + len(reports) * batch
     keys = [json.dumps(r.decisions, sort_keys=True) for r in recs]
-    study = optuna.load_study(study_name=f"autosched-{task.task_key}", storage=db.optuna_storage())
+    study = load_task_study(db.optuna_storage(), task.task_key)
     trials = study.get_trials(deepcopy=False)
     assert not [t for t in trials if t.state.name == "RUNNING"]
     measured = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED") and not t.user_attrs.get("duplicate")]

@@ -1,14 +1,17 @@
 """``autosched report``: the numbers from a hand-made database, the HTML and JSON of tiny real tuning runs, Optuna
-(and so optuna-dashboard) loading every study of a tuning database, and the page in a real headless browser."""
+loading every study of a tuning database, and the page and optuna-dashboard's study list in a real headless
+browser."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
 import re
 import shutil
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,8 @@ from autosched.cli import main
 from autosched.db import TaskRow, open_database
 from autosched.records import Status, TuningRecord
 from autosched.report import TuningClock, gather
-from autosched.report_html import fmt_s
+from autosched.report_html import end_to_end_figure, fmt_s, render_html, require_matplotlib
+from autosched.search.study import parse_study_name, study_name
 
 TARGET = json.dumps({"kind": "llvm", "mcpu": "x", "num-cores": 1})
 
@@ -62,6 +66,7 @@ def test_gather_from_a_handmade_database(handmade_db):
     assert e2e["estimated_s"] == pytest.approx([9e-3, 5e-3, 4.5e-3, 2.5e-3])  # 2 x A + B
     assert e2e["untuned_s"] == pytest.approx(9e-3) and e2e["final_s"] == pytest.approx(2.5e-3)
     assert e2e["weights_known"] and not e2e["missing"]
+    assert (a.share, b.share) == pytest.approx((0.8, 0.2))  # 2 x 1 ms and 0.5 ms of the 2.5 ms
     assert b.timing["n_trials"] == 0 and r.predictions["n"] == 2 and r.predictions["spearman"] is None
     assert json.loads(r.dumps())["end_to_end"]["estimated_s"] == e2e["estimated_s"]
 
@@ -78,6 +83,64 @@ def test_a_task_without_weight_or_success_is_named(handmade_db):
     r = gather(handmade_db)
     assert r.end_to_end["missing"] == ["task_C"] and any("task_C" in n for n in r.notes)
     assert r.tasks[2].weight_known is False and r.tasks[2].best is None
+
+
+def _study(storage, name: str, n_trials: int) -> None:
+    import optuna
+
+    study = optuna.create_study(study_name=name, storage=storage)
+    for _ in range(n_trials):
+        study.add_trial(optuna.trial.create_trial(params={}, distributions={}, value=1e-3, user_attrs={
+            "status": "OK", "timing_s": {"search": 0.1, "build": 0.2, "measure": 0.3}}))
+
+
+def test_tasks_by_share_and_whether_searched(handmade_db):
+    """Largest share of the estimate first; each task says whether its study measured trials (a study named as now
+    or as before labels), else what was measured of it."""
+    storage = handmade_db.optuna_storage()
+    _study(storage, study_name("A", {"task": "task_A", "target": "llvm x x1"}), 2)
+    _study(storage, "autosched-B", 1)  # named as by an older autosched
+    _study(storage, "someone else's", 4)
+    for key, weight in (("C", 3), ("D", 1), ("E", 1)):
+        handmade_db.commit_task(TaskRow(key, f"task_{key}", TARGET, 1, "{}", 2e6, {"group": key, "weight": weight}))
+    handmade_db.commit([_rec("C", Status.OK, 9e-3, 130.0, baseline=True), _rec("C", Status.OK, 3e-3, 131.0),
+                        _rec("D", Status.OK, 1e-4, 132.0, baseline=True)])
+    r = gather(handmade_db)
+    assert [t.name for t in r.tasks] == ["task_C", "task_A", "task_B", "task_D", "task_E"]
+    assert [t.share for t in r.tasks] == pytest.approx([9 / 11.6, 2 / 11.6, 0.5 / 11.6, 0.1 / 11.6, None])
+    searched = {t.name: (t.search["state"], t.search["n_trials"]) for t in r.tasks}
+    assert searched == {"task_A": ("searched", 2), "task_B": ("searched", 1), "task_C": ("defaults", 0),
+                        "task_D": ("untuned only", 0), "task_E": ("never reached", 0)}
+    assert r.tasks[0].search["text"].startswith("not searched: 1 default candidates measured")
+    assert r.time_split["n_trials"] == 3
+    page = render_html(r)
+    table = re.search(r'<table id="best-per-task">(.*?)</table>', page, re.S).group(1)
+    assert re.findall(r'<td class="name">([^<]*)</td>', table) == [t.name for t in r.tasks]
+    assert re.findall(r'data-search="([^"]*)"', table) == [t.search["state"] for t in r.tasks]
+    assert ">yes: 2 trials<" in table and ">no: 1 defaults<" in table and ">never reached<" in table
+
+
+def test_an_export_says_what_it_cannot_tell(handmade_db, tmp_path):
+    """No Optuna study in a JSON-lines export: a task with cost-model picks was searched, another is unknown."""
+    from autosched.db.transfer import export_jsonl
+
+    export_jsonl(handmade_db, tmp_path / "h.jsonl")
+    a, b = gather(open_database(str(tmp_path / "h.jsonl"), create=False)).tasks
+    assert (a.search["state"], a.search["n_trials"], b.search["state"]) == ("searched", None, "unknown")
+
+
+def test_the_end_to_end_curve_is_on_a_log_scale(tmp_path):
+    """A 23x fall (23 -> 5 -> 1 ms): the last 5x takes half the axis, not the bottom sixth of a linear one."""
+    db = open_database(str(tmp_path / "fall.db"))
+    db.commit_task(TaskRow("A", "task_A", TARGET, 1, "{}", 2e6, {"weight": 1}))
+    db.commit([_rec("A", Status.OK, 23e-3, 100.0, baseline=True), _rec("A", Status.OK, 5e-3, 110.0),
+               _rec("A", Status.OK, 1e-3, 120.0)])
+    ax = end_to_end_figure(gather(db), require_matplotlib()).axes[0]
+    db.close()
+    ax.get_ylim()  # autoscaled
+    height = lambda ms: ax.transAxes.inverted().transform(ax.transData.transform((110.0, ms)))[1]  # noqa: E731
+    assert ax.get_yscale() == "log" and "ms" in ax.get_ylabel()
+    assert height(5) - height(1) > 0.4 and height(23) - height(5) > 0.4
 
 
 # --- bad input ---------------------------------------------------------------------------------------------------
@@ -183,10 +246,10 @@ def test_optuna_loads_every_study_of_a_tuning_database(op_db, model_report):
         searched = {r.task_key for r in db.records() if r.decisions != ["unscheduled"]}
         db.close()
         summaries = optuna.get_all_study_summaries(storage=url)
-        names, expected = {s.study_name for s in summaries}, {f"autosched-{k}" for k in searched}
-        assert names and names <= expected and searched <= keys
+        found = {parse_study_name(s.study_name)[0] for s in summaries}
+        assert found and found <= searched <= keys
         if path == op_db:  # one operator: every schedule measured came from its study (a model's defaults do not)
-            assert names == expected
+            assert found == searched
         for s in summaries:
             study = optuna.load_study(study_name=s.study_name, storage=url)
             done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
@@ -195,7 +258,7 @@ def test_optuna_loads_every_study_of_a_tuning_database(op_db, model_report):
 
 
 # --- a real browser ----------------------------------------------------------------------------------------------
-def _chromium():
+def _chromium(width: int = 1280):
     """A WebDriver for the system's headless Chromium (Debian: apt-get install chromium chromium-driver), or a
     skip saying what is missing. The driver is given explicitly: Selenium Manager would go to the network."""
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
@@ -208,7 +271,8 @@ def _chromium():
         pytest.skip("no headless Chromium with chromedriver on PATH (apt-get install chromium chromium-driver)")
     opts = webdriver.ChromeOptions()
     opts.binary_location = browser
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,999"):
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                f"--window-size={width},999"):
         opts.add_argument(arg)
     return webdriver.Chrome(options=opts, service=Service(executable_path=driver))
 
@@ -222,15 +286,38 @@ def _drawn(png: bytes) -> tuple[float, int]:
     return 1 - colours.get((255, 255, 255), 0) / (img.width * img.height), len(colours)
 
 
+LONG_NAME = "fused_matmul3_add5_multiply1_multiply1_multiply2_add6_multiply3_tir_tanh_add7_multiply1_multiply41"
+
+
+@pytest.fixture()
+def long_names_report(handmade_db, tmp_path):
+    """The hand-made database and a GPT-2 task's name (100 characters, no space) with a best of 18 knobs."""
+    handmade_db.commit_task(TaskRow("L", LONG_NAME, TARGET, 1, "{}", 2e6, {"group": "L", "weight": 2,
+                                                                           "pattern": "out-elementwise-fusable"}))
+    knobs = {f"d0.{i}.tile{j}": i + j for i in range(6) for j in range(3)}
+    handmade_db.commit([_rec("L", Status.OK, 2e-3, 106.0, baseline=True),
+                        dataclasses.replace(_rec("L", Status.OK, 5e-4, 3710.0), params=knobs,
+                                            decisions=[[1, 2, 4, 8]] * 9)])
+    r = gather(handmade_db, "h.db")
+    path = tmp_path / "long.html"
+    path.write_text(render_html(r))
+    return None, path, r.to_json()
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("report", ["model_report", "example_report"])
+@pytest.mark.parametrize("report", ["model_report", "example_report", "long_names_report"])
 def test_the_report_renders_in_a_headless_browser(report, request):
     from selenium.webdriver.common.by import By
 
     _, html_path, data = request.getfixturevalue(report)
-    browser = _chromium()
+    browser = _chromium(width=1400)
     try:
         browser.get(html_path.as_uri())
+        # nothing wider than a 1400-pixel window (a fused task's name is a hundred characters without a space)
+        width = browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth, "
+                                       "Math.max(...Array.from(document.querySelectorAll('table'), "
+                                       "t => t.getBoundingClientRect().right))]")
+        assert width[1] == 1400 and width[0] <= width[1] and width[2] <= width[1], width
         images = browser.execute_script(
             "return Array.from(document.images).map(i => {const r = i.getBoundingClientRect(); return "
             "{plot: i.dataset.plot, complete: i.complete, w: i.naturalWidth, h: i.naturalHeight, bw: r.width, "
@@ -249,3 +336,39 @@ def test_the_report_renders_in_a_headless_browser(report, request):
         assert browser.find_element(By.TAG_NAME, "h1").text == "autosched tuning report"
     finally:
         browser.quit()
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Some regimes for parameter")  # the importances of a 4-trial study
+def test_the_optuna_dashboard_lists_each_study_by_its_task(op_db):
+    """optuna-dashboard's study list shows names only (and filters on them): the task's name, shapes and target
+    are in its study's name; its page shows the trials."""
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    dashboard = pytest.importorskip("optuna_dashboard", reason="pip install 'autosched[report]'")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    db = open_database(str(op_db), create=False)
+    (task,) = db.tasks()
+    db.close()
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    server = make_server("127.0.0.1", 0, dashboard.wsgi(f"sqlite:///{op_db}"), handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    browser = _chromium()
+    try:
+        browser.get(f"http://127.0.0.1:{server.server_port}/dashboard")
+        body = lambda: browser.find_element(By.TAG_NAME, "body").text  # noqa: E731
+        WebDriverWait(browser, 60).until(lambda _: task.task_key in body())
+        (card,) = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "h5") if task.task_key in e.text]
+        assert f"autosched-{task.task_key} matmul_16x16x16 · 16x16, 16x16 -> 16x16 float32 · llvm " in card
+        browser.find_element(By.XPATH, f"//h5[contains(., '{task.task_key}')]").click()
+        WebDriverWait(browser, 60).until(lambda _: "/studies/" in browser.current_url and "Trial" in body())
+    finally:
+        browser.quit()
+        server.shutdown()
+        server.server_close()

@@ -59,9 +59,9 @@ log = logging.getLogger("autosched.search")
 class OptunaStrategy(SearchStrategy):
     def __init__(self, space: SearchSpace, task_key: str, storage: Any, sampler: str | optuna.samplers.BaseSampler
                  = "tpe", seed: int = 0, seen: dict[str, MeasureResult] | None = None, max_tries_per_ask: int = 16,
-                 screen: ModelScreen | None = None):
+                 screen: ModelScreen | None = None, about: dict[str, str] | None = None):
         self.space, self.task_key, self.seed = space, task_key, seed
-        self.bridge = StudyBridge(space, task_key, storage, sampler, seed)
+        self.bridge = StudyBridge(space, task_key, storage, sampler, seed, about)
         self._seen: dict[str, MeasureResult] = dict(seen or {})  # dedup key -> result of that schedule
         self._pending: dict[str, Trial] = {}
         self.pool = CandidatePool(space, self.study, screen, seed, self._seen, self._pending)

@@ -1,6 +1,8 @@
 """The bridge to a task's Optuna study: its sampler, which tuner owns each trial, and how each outcome is told.
 
-One study per (task, target), stored beside the tuning records. How each outcome reaches the sampler is listed in
+One study per (task, target), stored beside the tuning records, named ``autosched-<task key> <what the task is>``
+(``study_name``) and found again by its key alone (``task_studies``, the one lookup: older databases' studies are
+named ``autosched-<task key>``). How each outcome reaches the sampler is listed in
 ``search/optuna_strategy.py``'s docstring (and pinned by tests/search/test_optuna_strategy.py).
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 import datetime
 import functools
 import os
+import re
 import socket
 import warnings
 from collections.abc import Callable
@@ -35,6 +38,53 @@ TIMING_ATTR = "timing_s"  # set on measured trials: {"search": s, "build": s, "m
 CONSTRAINT = "measured_ok"
 OWNER_ATTR = "owner"  # set on asked trials: [host, pid, process start time] of the tuner measuring it
 ORPHAN_AFTER_S = 3600.0  # a RUNNING trial without an owner (older autosched) is stale after this long
+
+
+STUDY_PREFIX = "autosched-"
+_STUDY_NAME = re.compile(rf"{STUDY_PREFIX}(?P<key>[^\s@]+)(?:@(?P<designs>\d+)designs)?(?:\s.*)?", re.S)
+ABOUT_ATTRS = ("task", "pattern", "shape", "target")  # study user attributes (Task.about), with "task_key"
+
+
+def study_name(task_key: str, about: dict[str, str] | None = None, n_designs: int | None = None) -> str:
+    """``autosched-<key>[@<n>designs] <task> · <pattern> · <shape> · <target>``: the key first (what finds the
+    study again), then what tells the task apart in optuna-dashboard's study list, which shows names only."""
+    head = f"{STUDY_PREFIX}{task_key}" + (f"@{n_designs}designs" if n_designs is not None else "")
+    words = " · ".join(about[a] for a in ABOUT_ATTRS if (about or {}).get(a))
+    return f"{head} {words}"[:500] if words else head  # Optuna's RDB storage holds names of up to 512 characters
+
+
+def parse_study_name(name: str) -> tuple[str, int | None] | None:
+    """(task key, number of designs or None) of an autosched study's name, old or new; None for another study."""
+    m = _STUDY_NAME.fullmatch(name)
+    return (m["key"], int(m["designs"]) if m["designs"] else None) if m else None
+
+
+def task_studies(storage: Any) -> dict[str, list[Any]]:
+    """Task key -> its studies in ``storage`` (``FrozenStudy``), oldest first: the one lookup of a task's studies,
+    by the key that begins their names, whatever follows it (nothing in databases tuned before studies were
+    labelled; a description of the task since; a description that another model's task of the same key gave)."""
+    storage = optuna.storages.get_storage(storage)
+    out: dict[str, list] = {}
+    for study in sorted(storage.get_all_studies(), key=lambda s: s._study_id):
+        parsed = parse_study_name(study.study_name)
+        if parsed is not None:
+            out.setdefault(parsed[0], []).append(study)
+    return out
+
+
+def task_study_name(storage: Any, task_key: str, n_designs: int | None = None) -> str | None:
+    """The name of the task's (first) study for ``n_designs`` designs (None: the one begun first), if it has one."""
+    return next((s.study_name for s in task_studies(storage).get(task_key, [])
+                 if parse_study_name(s.study_name)[1] == n_designs), None)
+
+
+def load_task_study(storage: Any, task_key: str, n_designs: int | None = None) -> optuna.Study:
+    """The task's study (the one begun for ``n_designs`` designs, where given); KeyError where there is none."""
+    storage = optuna.storages.get_storage(storage)
+    name = task_study_name(storage, task_key, n_designs)
+    if name is None:
+        raise KeyError(f"no study of task {task_key} in this storage")
+    return optuna.load_study(study_name=name, storage=storage)
 
 
 @functools.cache
@@ -99,21 +149,31 @@ def create_sampler(name: str | optuna.samplers.BaseSampler, seed: int) -> optuna
 
 
 class StudyBridge:
-    """A task's study (``autosched-<task key>``) over a space: owned trials in, outcomes out."""
+    """A task's study (``study_name``) over a space: owned trials in, outcomes out. ``about`` (``Task.about``):
+    what the task is, in the name of a new study and as user attributes of the study (old ones get them too)."""
 
     def __init__(self, space: SearchSpace, task_key: str, storage: Any,
-                 sampler: str | optuna.samplers.BaseSampler = "tpe", seed: int = 0):
+                 sampler: str | optuna.samplers.BaseSampler = "tpe", seed: int = 0,
+                 about: dict[str, str] | None = None):
         self.space, self.sampler_spec = space, sampler
-        self.study = self._open_study(f"autosched-{task_key}", storage, create_sampler(sampler, seed))
+        self.task_key, self.about = task_key, dict(about or {})
+        self.study = self._open_study(storage, create_sampler(sampler, seed))
+        self._label()
         self._fail_stale_trials()
 
-    def _open_study(self, name: str, storage: Any, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    def _create(self, storage: Any, sampler: optuna.samplers.BaseSampler, n_designs: int | None) -> optuna.Study:
+        """The task's stored study for ``n_designs`` (whatever it was named), or a new one."""
+        name = task_study_name(storage, self.task_key, n_designs) or study_name(self.task_key, self.about, n_designs)
+        return optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="minimize",
+                                   load_if_exists=True)
+
+    def _open_study(self, storage: Any, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
         """The task's study; where a stored one chose among fewer designs than the space has now (a design
-        added since, appended after the others), a study of its own (``<name>@<n>designs``): Optuna cannot
-        widen a categorical knob of a study it has sampled (the measured records still count, through ``seen``
-        and the database)."""
-        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="minimize",
-                                    load_if_exists=True)
+        added since, appended after the others), a study of its own (``autosched-<key>@<n>designs ...``): Optuna
+        cannot widen a categorical knob of a study it has sampled (the measured records still count, through
+        ``seen`` and the database)."""
+        storage = optuna.storages.get_storage(storage)
+        study = self._create(storage, sampler, None)
         design = self.space.knobs().get("design")
         if not isinstance(design, CategoricalDistribution):
             return study
@@ -122,9 +182,19 @@ class StudyBridge:
             if isinstance(stored, CategoricalDistribution):
                 if tuple(stored.choices) == tuple(design.choices):
                     return study
-                return optuna.create_study(study_name=f"{name}@{len(design.choices)}designs", storage=storage,
-                                           sampler=sampler, direction="minimize", load_if_exists=True)
+                return self._create(storage, sampler, len(design.choices))
         return study
+
+    def _label(self) -> None:
+        """The task's key and description as the study's user attributes, where it lacks them (a study named
+        before studies were labelled; another model's task of the same key keeps the first description)."""
+        have = self.study.user_attrs
+        for attr, value in {"task_key": self.task_key, **self.about}.items():
+            if value and attr not in have:
+                try:
+                    self.study.set_user_attr(attr, value)
+                except optuna.exceptions.StorageInternalError:  # another tuner set it at the same moment
+                    pass
 
     def _fail_stale_trials(self) -> None:
         """Trials left RUNNING by an interrupted run are our own failure, not measurements. Trials of tuners

@@ -21,6 +21,7 @@ from autosched.db import MemoryDatabase, open_database
 from autosched.records import Status, TuningRecord, schedule_key
 from autosched.scheduler.model_tuning import tune_model_tasks
 from autosched.search.optuna_strategy import OWNER_ATTR
+from autosched.search.study import load_task_study
 from autosched.spaces.settings import settings_for
 from autosched.tasks import op_task
 from autosched.tune import BASELINE_DECISIONS
@@ -78,8 +79,6 @@ def _tune_together(url: str, log_dir: Path) -> list[dict]:
 
 
 def _check_together(url: str, results: list[dict]) -> None:
-    import optuna
-
     db = open_database(url, create=False)
     tasks = db.tasks()
     assert len(tasks) == results[0]["tasks"] == 2
@@ -93,7 +92,7 @@ def _check_together(url: str, results: list[dict]) -> None:
         assert len(keys) == len(set(keys)), f"{task.name}: a schedule was measured twice"
         assert any(r.status is Status.OK and r.decisions != BASELINE_DECISIONS for r in recs), f"{task.name}: untuned"
         # no two workers on the task at once: trials asked by different processes never overlap in time
-        study = optuna.load_study(study_name=f"autosched-{task.task_key}", storage=db.optuna_storage())
+        study = load_task_study(db.optuna_storage(), task.task_key)
         trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(OWNER_ATTR)]
         assert trials and all(t.state.is_finished() for t in trials)
         for a, b in itertools.combinations(trials, 2):
