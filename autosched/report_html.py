@@ -26,8 +26,10 @@ h1 { font-size: 1.6em; margin-bottom: .2em; } h2 { margin-top: 1.8em; border-bot
 table { border-collapse: collapse; margin: .6em 0; max-width: 100%; }
 td, th { padding: .25em .6em; border-bottom: 1px solid #eee; } th { text-align: left; background: #f6f6f6; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.name { min-width: 10em; overflow-wrap: anywhere; } td.knobs { min-width: 20em; }
-.searched { color: #2a6e3f; } .unsearched { color: #a0522d; } details summary { color: #666; font-size: 12px; }
+td.name { min-width: 12em; overflow-wrap: break-word; } td.knobs { min-width: 15em; }
+td.knobs code { display: block; max-width: 26em; }
+.searched { color: #2a6e3f; } .unsearched { color: #a0522d; } .searched, .unsearched { white-space: nowrap; }
+details summary { color: #666; font-size: 12px; }
 code { font-size: 12px; overflow-wrap: anywhere; }
 .grid { display: flex; flex-wrap: wrap; gap: 12px; } figure { margin: 0; } figcaption { color: #666; font-size: 12px; }
 img.plot { display: block; }
@@ -77,13 +79,17 @@ def fmt_wall(seconds: float | None) -> str:
     return f"{seconds:.1f} s" if seconds < 600 else f"{seconds / 60:.1f} min"
 
 
+def _name(name: str) -> str:
+    """A task's name that may wrap after its underscores (a fused name runs to a hundred characters)."""
+    return _e(name).replace("_", "_<wbr>")
+
+
 def _num(x: float | None, spec: str = ".1f", suffix: str = "") -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:{spec}}{suffix}"
 
 
 def _table(head: list[str], rows: list[list[str]], numeric: set[int] | None = None, table_id: str = "") -> str:
-    """Cells as given (HTML); the ``numeric`` columns right-aligned, the first (a task's name) wrapping anywhere
-    (fused names run to a hundred characters without a space) so that the table fits the page."""
+    """Cells as given (HTML); the ``numeric`` columns right-aligned, the first a task's name (``_name``)."""
     numeric = numeric or set()
     th = "".join(f"<th>{_e(h)}</th>" for h in head)
     cls = lambda i: (" class=\"num\"" if i in numeric else " class=\"name\"" if i == 0  # noqa: E731
@@ -191,7 +197,7 @@ def _split(r: Report, Figure) -> str:
         ax.set_xlabel("seconds")
         ax.legend(ncol=4, loc="upper center", bbox_to_anchor=(.5, -.55), frameon=False)
         out.append(_img(fig, "time split between search, build, measurement and other", plot_id="time-split"))
-    rows = [[_e(t.name), *(_num(t.timing[f"{p}_s"]) for p in SPLIT_PARTS), _num(t.timing["build_worker_s"]),
+    rows = [[_name(t.name), *(_num(t.timing[f"{p}_s"]) for p in SPLIT_PARTS), _num(t.timing["build_worker_s"]),
              f"{int(t.timing['n_timed'])} / {int(t.timing['n_trials'])}"] for t in r.tasks]
     rows.append(["<b>all</b>", *(_num(s[f"{p}_s"]) for p in SPLIT_PARTS), _num(s["build_worker_s"]),
                  f"{s['n_timed']} / {s['n_trials']}"])
@@ -261,7 +267,7 @@ def _best_table(r: Report) -> str:
         if b and not b["baseline"]:
             knobs += ("<details><summary>decisions</summary><code>" + _e(json.dumps(b["decisions"]))
                       + "</code></details>")
-        rows.append([_e(t.name), _num(t.share * 100 if t.share is not None else None, ".1f", " %"), _searched(t),
+        rows.append([_name(t.name), _num(t.share * 100 if t.share is not None else None, ".1f", " %"), _searched(t),
                      _e(t.pattern), str(t.weight), str(t.n_measured), fmt_s(t.untuned_s), fmt_s(b.get("latency_s")),
                      _num(b.get("gflops")), _num(b.get("speedup"), ".2f", "x"), str(b.get("trial", "-")), knobs])
     return ("<h2>Best schedule per task</h2><p>Largest share of the estimated model latency first (share: the "
@@ -280,7 +286,7 @@ def _failures(r: Report, Figure) -> str:
         ax.invert_yaxis()
         ax.set_xlabel("candidates")
         out.append(_img(fig, "candidates by status", plot_id="status"))
-    rows = [[_e(t.name), *(str(t.status_counts.get(s, 0)) for s in STATUS_COLORS)] for t in r.tasks]
+    rows = [[_name(t.name), *(str(t.status_counts.get(s, 0)) for s in STATUS_COLORS)] for t in r.tasks]
     out.append(_table(["task", *STATUS_COLORS], rows, set(range(1, len(STATUS_COLORS) + 1))))
     errors = [f"<li><b>{_e(t.name)}</b> {_e(s)}: <code>{_e(line)}</code></li>"
               for t in r.tasks for s, lines in t.errors.items() for line in lines]
@@ -306,7 +312,8 @@ def _predictions(r: Report, Figure) -> str:
     if len(with_preds) <= 12:
         ax.legend(fontsize=6)
     out.append(_img(fig, "cost-model predicted score vs measured relative speed", plot_id="predictions"))
-    rows = [[_e(t.name), str(len(t.predictions.predicted)), _num(t.predictions.spearman, "+.2f")] for t in with_preds]
+    rows = [[_name(t.name), str(len(t.predictions.predicted)), _num(t.predictions.spearman, "+.2f")]
+            for t in with_preds]
     rows.append(["<b>all</b>", str(r.predictions["n"]), _num(r.predictions["spearman"], "+.2f")])
     out.append(_table(["task", "predicted candidates", "Spearman rank corr."], rows, {1, 2}))
     out.append("<p class=\"note\">Only candidates the cost model picked carry a prediction (a task's first ones are "
