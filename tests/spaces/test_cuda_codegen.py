@@ -310,10 +310,12 @@ def test_repair_counts_a_tensor_core_designs_warps_as_32_threads_each():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
 @needs_nvcc
-def test_a_float16_models_matmuls_get_tensor_core_designs_that_build(tmp_path):
-    """--precision fp16 on sm_90: the matmuls (float16 operands, float32 accumulation, bias and ReLU fused) get
-    tensor-core designs, and a legal setting of each builds; a width no 16x16 tile divides gets none."""
+def test_a_low_precision_models_matmuls_get_tensor_core_designs_that_build(precision, tmp_path):
+    """--precision fp16 or bf16 on sm_90: the matmuls (float16 / bfloat16 operands, float32 accumulation, bias and
+    ReLU fused) get tensor-core designs, and a legal setting of each builds; a width no 16x16 tile divides gets
+    none."""
     pytest.importorskip("onnx")
     from onnx_graphs import mlp
 
@@ -322,7 +324,7 @@ def test_a_float16_models_matmuls_get_tensor_core_designs_that_build(tmp_path):
     proto = mlp(batch=32, d_in=64, hidden=64, d_out=8)
     path = tmp_path / "mlp.onnx"
     path.write_bytes(proto.SerializeToString())
-    tasks = autosched.extract_model_tasks(str(path), "sm_90", precision="fp16")
+    tasks = autosched.extract_model_tasks(str(path), "sm_90", precision=precision)
     built = {}
     for task in (t for t in tasks if "matmul" in t.name):
         space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=0)
