@@ -282,12 +282,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
         return _export_buckets(args, compiled, output)
     if as_library:
         compiled.export_library(output)
-    n = compiled.counts()
     wrote = f"{output} and {output}.json" if as_library else (
         f"{args.output} (load it with autosched.load({args.output!r}), time it with autosched run {args.output})")
-    out.print(f"{compiled.name}: {len(compiled.sources)} fusion groups: {n['tuned']} tuned (best record in "
-              f"{display_name(args.db)}), {n['default']} default schedule, {n['unscheduled']} unscheduled; wrote "
-              f"{wrote}", highlight=False)
+    out.print(f"{compiled.name}: {len(compiled.sources)} fusion groups: {_schedule_counts(compiled)} (records of "
+              f"{display_name(args.db)}); wrote {wrote}", highlight=False)
     _print_precision(compiled)
     return 0
 
@@ -342,6 +340,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _schedule_counts(compiled) -> str:
+    """'3 tuned, 1 other CPU, 2 default schedule, 0 unscheduled': tuned, default and unscheduled always, the other
+    sources (transferred, another CPU's, dlight) where there are any."""
+    n = compiled.counts()
+    always = {"tuned": "tuned", "default": "default schedule", "unscheduled": "unscheduled"}
+    shown = [f"{n[k]} {label}" for k, label in always.items()]
+    return ", ".join(shown[:1] + [f"{v} {k}" for k, v in n.items() if k not in always and v] + shown[1:])
+
+
 def _median_latencies(calls: dict, repeat: int) -> dict[str, float]:
     """Each call's median latency in seconds over ``repeat`` interleaved rounds (``timing.time_interleaved``)."""
     from autosched.timing import time_interleaved
@@ -352,12 +359,8 @@ def _median_latencies(calls: dict, repeat: int) -> dict[str, float]:
 
 def _print_groups_and_profile(args: argparse.Namespace, tuned, inputs: list) -> None:
     """The build's schedule counts (and precision); with --profile N its N slowest kernels."""
-    n = tuned.counts()
     _print_precision(tuned)
-    dlight = f", {n['dlight']} dlight" if n["dlight"] else ""
-    transferred = f", {n['transferred']} transferred" if n["transferred"] else ""
-    out.print(f"fusion groups: {n['tuned']} tuned{transferred}, {n['default']} default schedule{dlight}, "
-              f"{n['unscheduled']} unscheduled")
+    out.print(f"fusion groups: {_schedule_counts(tuned)}", highlight=False)
     if args.profile > 0:
         from autosched.deploy.profiling import profile
 

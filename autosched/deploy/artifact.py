@@ -62,9 +62,9 @@ def save_artifact(compiled: CompiledModel, path: str | Path, db: str | Database 
     if not isinstance(compiled, CompiledModel):
         raise UserInputError("an artifact holds one build: a model with --shape-buckets is written as libraries "
                              "(-o PATH.so)")
-    path = Path(path)
+    as_folder, path = is_folder_path(path), Path(path)  # Path drops a trailing slash
     manifest = build_manifest(compiled, db, command, db_name)
-    if is_folder_path(path):
+    if as_folder:
         path.mkdir(parents=True, exist_ok=True)
         _write_files(compiled, manifest, path)
         return path
@@ -205,26 +205,35 @@ def check_host(manifest: dict[str, Any], path: str | Path) -> None:
 
 def load_artifact(path: str | Path) -> CompiledModel:
     """The model of an artifact written by ``save_artifact``, after ``check_host``: call it with numpy arrays."""
-    from autosched.deploy.library import load_compiled
-
     path = Path(path)
     manifest = read_manifest(path)
     check_host(manifest, path)
     library = str(manifest.get("library", LIBRARY))
     if path.is_dir():
-        return load_compiled(path / library)
+        return _load_library(path, path / library)
     folder = tempfile.mkdtemp(prefix="autosched-artifact-")
     try:
-        with zipfile.ZipFile(path) as zf:
-            for name in zf.namelist():
-                if Path(name).name == name and name.startswith(library):  # the library's files, nothing outside
-                    zf.extract(name, folder)
-        model = load_compiled(Path(folder) / library)
-    except (zipfile.BadZipFile, OSError, RuntimeError) as err:  # TVM's failed load is a RuntimeError
-        shutil.rmtree(folder, ignore_errors=True)
-        raise UserInputError(f"{path}: its library cannot be read ({err}): {BUILD_HINT}") from err
+        try:
+            with zipfile.ZipFile(path) as zf:
+                for name in zf.namelist():
+                    if Path(name).name == name and name.startswith(library):  # the library's files, nothing else
+                        zf.extract(name, folder)
+        except (zipfile.BadZipFile, OSError) as err:
+            raise UserInputError(f"{path}: its files cannot be extracted ({err}): {BUILD_HINT}") from err
+        model = _load_library(path, Path(folder) / library)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
     weakref.finalize(model, shutil.rmtree, folder, True)  # the library stays mapped after its file is gone
     return model
+
+
+def _load_library(path: Path, library: Path) -> CompiledModel:
+    """``load_compiled`` of the artifact's library; one line where it is missing or does not load (damaged)."""
+    from autosched.deploy.library import load_compiled
+
+    try:
+        return load_compiled(library)
+    except (zipfile.BadZipFile, OSError, RuntimeError, ValueError, KeyError) as err:  # TVM's errors: RuntimeError
+        first = str(err).strip().splitlines()[-1][:200] if str(err).strip() else type(err).__name__
+        raise UserInputError(f"{path}: its library does not load ({first}): {BUILD_HINT}") from err
