@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from rich.table import Table
 
-from autosched.cli.output import out
+from autosched.cli.output import emit, out
 from autosched.db import display_name
 
 
@@ -17,7 +16,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     report = diagnose(args.db, display_name(args.db) if args.db else None)
     if args.json:
-        out.print_json(json.dumps(report))
+        emit(report)
         return 0
     _print_machine(report)
     logs = report.get("shipped_logs", [])
