@@ -2,10 +2,12 @@
 thread count autosched uses here, the versions of TVM and the optional libraries, a GPU and nvcc where present,
 and which tuning records (the shipped logs, a given database) apply here, and why the others do not.
 
-A record applies here when it was measured with this TVM release (major.minor) and its target's code runs on this
-machine (``targets.runs_here``); among those, the records of this CPU's own target are applied as they are (at
-another thread count they are borrowed), and those of another CPU are timed against the default schedules at
-compile time (``scheduler.foreign``).
+Only records measured with this TVM release (major.minor) are used. A record is a schedule, not code: those of this
+CPU's own target are applied as they are (at another thread count they are borrowed); those of another CPU of this
+architecture are replayed, built for this CPU and timed against the default schedules at compile time
+(``scheduler.foreign``), whatever that CPU's extensions; those of another architecture, of an unknown CPU, or of a
+GPU this machine does not have never apply here; a GPU target's records apply to builds for that target where its
+device is present.
 """
 
 from __future__ import annotations
@@ -32,7 +34,11 @@ NOT_INSTALLED = "not installed"
 APPLIES, TIMED, NOT_HERE = "applies", "timed here", "does not apply"
 THIS_TARGET = "this CPU's target"
 OTHER_THREADS = "this CPU's target at another thread count (borrowed)"
-OTHER_CPU = "another CPU's target, runs here: timed against the default schedules when compiling"
+OTHER_CPU = "another CPU's: rebuilt for this one, timed when compiling"
+TIMED_MEANS = ("timed: another CPU's schedules, of this architecture, are replayed and built for this CPU, then timed "
+               "against the default schedules when compiling (those calling that CPU's own tensor intrinsics are "
+               "skipped); each group keeps the fastest")
+GPU_TARGET = "a GPU target whose device is here: applies to builds for that target"
 LOG_SUFFIXES = (".jsonl.gz", ".jsonl", ".db")
 
 
@@ -163,7 +169,7 @@ def record_verdict(tjson: str, tvm_version: str, here: str) -> tuple[str, str]:
     JSON): (``APPLIES`` | ``TIMED`` | ``NOT_HERE``, why in words, naming the record's CPU)."""
     from autosched._tvm import TVM_VERSION, Target
     from autosched.session import same_release
-    from autosched.targets import runs_here, target_json, why_not_here
+    from autosched.targets import other_cpus, runs_here, target_json, why_not_here
 
     if not same_release(tvm_version, TVM_VERSION):
         return NOT_HERE, f"measured with TVM {'.'.join(tvm_version.split('.')[:2])} (this is {TVM_VERSION})"
@@ -178,9 +184,13 @@ def record_verdict(tjson: str, tvm_version: str, here: str) -> tuple[str, str]:
         return APPLIES, f"{name}: {THIS_TARGET}"
     if {k: v for k, v in theirs.items() if k != "num-cores"} == {k: v for k, v in mine.items() if k != "num-cores"}:
         return APPLIES, f"{name}: {OTHER_THREADS}"
-    if not runs_here(target):
-        return NOT_HERE, f"{name}: {why_not_here(target)}"
-    return TIMED, f"{name}: {OTHER_CPU}"
+    if other_cpus(Target(mine), [tjson]):  # a schedule, not code: replayed and built for this CPU
+        lacking = f"; built for {name.split(',')[0]}, code would not run here ({why_not_here(target)})" \
+            if not runs_here(target) else ""
+        return TIMED, f"{name}: {OTHER_CPU}{lacking}"
+    if target.kind.name == "llvm" or not runs_here(target):
+        return NOT_HERE, f"{name}: {why_not_here(target) or 'a CPU LLVM does not know'}"
+    return APPLIES, f"{name}: {GPU_TARGET}"
 
 
 def shipped_logs() -> list[Path]:

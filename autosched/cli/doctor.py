@@ -12,7 +12,7 @@ from autosched.db import display_name
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from autosched.doctor import diagnose
+    from autosched.doctor import TIMED_MEANS, diagnose
 
     report = diagnose(args.db, display_name(args.db) if args.db else None)
     if args.json:
@@ -23,6 +23,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     _print_logs("shipped tuning logs (tuning_logs/)", logs)
     out.print(f"{sum(log['usable'] > 0 for log in logs)} of {len(logs)} shipped logs have records for this machine "
               "(applied as they are, or timed against the default schedules when compiling)", highlight=False)
+    out.print(TIMED_MEANS, style="dim", highlight=False)
     if "database" in report:
         db = report["database"]
         _print_logs(f"database {db['name']}", [db])
