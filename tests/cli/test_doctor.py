@@ -78,26 +78,29 @@ def _record(target: str, tvm_version: str = TVM_VERSION) -> TuningRecord:
                         None, "0.1.0", tvm_version, 2)
 
 
+@x86_only
 def test_a_database_with_a_foreign_record_says_why_it_does_not_apply(tmp_path, capsys, monkeypatch):
-    """One record for this CPU's target, one for an aarch64 CPU (never this x86-64 host... nor an aarch64 one's
-    own target), one measured with an old TVM."""
+    """One record for this CPU's target, one for the x86-64-v3 baseline (another CPU's schedule: rebuilt and timed
+    here), one for an aarch64 CPU (never on this x86-64 host), one measured with an old TVM."""
     from autosched import doctor
 
     monkeypatch.setattr(doctor, "shipped_logs", lambda: [])
     here, arm = target_json(host_target()), target_json(make_target("aarch64:neoverse-v1", 4))
+    baseline = target_json(make_target('{"kind": "llvm", "mcpu": "x86-64-v3", "num-cores": 2}'))
     db_path = tmp_path / "mixed.db"
     with open_database(str(db_path)) as db:
-        for record in (_record(here), _record(arm), _record(here, "0.18.0")):
+        for record in (_record(here), _record(baseline), _record(arm), _record(here, "0.18.0")):
             db.commit_task(TaskRow(record.task_key, "t", record.target, 2, "", 1.0, {}))
             db.commit([record])
     assert main(["doctor", "--db", str(db_path), "--json"]) == 0
     found = json.loads(capsys.readouterr().out)["database"]
-    assert found["n_records"] == 3 and found["applying"] == 1 and found["usable"] == 1
+    assert found["n_records"] == 4 and found["applying"] == 1 and found["usable"] == 2
     reasons = found["reasons"]
-    assert any("neoverse-v1, 4 thread(s): this machine is not aarch64" in why for why in reasons) \
-        or platform.machine() in ("aarch64", "arm64")
+    assert any(why.startswith("x86-64-v3, 2 thread(s): another CPU's") and found["kinds"][why] == "timed here"
+               for why in reasons)
+    assert any("neoverse-v1, 4 thread(s): this machine is not aarch64" in why for why in reasons)
     assert any("measured with TVM 0.18" in why for why in reasons)
     assert any("this CPU's target" in why and found["kinds"][why] == "applies" for why in reasons)
     assert main(["doctor", "--db", str(db_path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "1 of 3 records apply here" in out and "measured with TVM 0.18" in out
+    assert "1 of 4 records apply here, 1 more are timed here" in out and "measured with TVM 0.18" in out
