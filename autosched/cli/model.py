@@ -380,8 +380,8 @@ def _run_artifact(args: argparse.Namespace) -> int:
                                    ("--input", args.input), ("--tolerance", args.tolerance is not None),
                                    ("--max-padding", args.max_padding is not None)) if on]
     if given:
-        raise UserInputError(f"{' and '.join(given)} do(es) not go with an artifact: it holds its build, inputs and "
-                             f"target (autosched run {args.model} --threads N --repeat N)")
+        raise UserInputError(f"{', '.join(given)}: not for an artifact, which holds its build, input shapes and "
+                             f"target (autosched run {args.model} --threads N --repeat N --seed N)")
     manifest = read_manifest(args.model)
     compiled = load_artifact(args.model)
     set_num_threads(args.threads)

@@ -82,4 +82,4 @@ def test_run_of_a_model_still_needs_a_database_and_an_artifact_takes_none(compil
     assert main(["run", str(compiled_artifact["model"]), "--input", "x:2x16"]) == 2
     assert "needs --db DB" in capsys.readouterr().err
     assert main(["run", str(compiled_artifact["path"]), "--db", str(compiled_artifact["db"])]) == 2
-    assert "--db do(es) not go with an artifact" in capsys.readouterr().err
+    assert "--db: not for an artifact" in capsys.readouterr().err
