@@ -14,7 +14,16 @@ import shutil
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from autosched._tvm import Target, cross_compiler, host_cpu, host_features, llvm_cpus, missing_features, tvm
+from autosched._tvm import (
+    Target,
+    cpu_features,
+    cross_compiler,
+    host_cpu,
+    host_features,
+    llvm_cpus,
+    missing_features,
+    tvm,
+)
 from autosched.config import resolve_threads
 from autosched.errors import UserInputError
 
@@ -44,6 +53,22 @@ CROSS_COMPILERS = {"aarch64": "aarch64-linux-gnu-gcc"}  # first part of the trip
 TARGET_HINT = ("use llvm (this CPU), aarch64 or aarch64:<mcpu> (cross-compiled), cuda, an architecture such as "
                "sm_80 or cuda:sm_90, a TVM target tag such as nvidia/nvidia-h100, or a JSON dict like "
                "'{\"kind\": \"llvm\", \"mcpu\": \"znver3\"}'")
+
+
+# The x86 vector and matrix extensions that decide which code a CPU runs fast or at all (LLVM's names), with the
+# names people know them by: what ``autosched doctor`` shows and an artifact's manifest lists of its target.
+VECTOR_FEATURES = {"avx2": "AVX2", "fma": "FMA", "avx512f": "AVX-512F", "avx512bw": "AVX-512BW",
+                   "avx512vl": "AVX-512VL", "avx512vnni": "AVX-512 VNNI", "avxvnni": "AVX-VNNI",
+                   "avx512bf16": "AVX-512 BF16", "avx512fp16": "AVX-512 FP16", "amx-tile": "AMX",
+                   "amx-int8": "AMX-INT8", "amx-bf16": "AMX-BF16"}
+
+
+def vector_features(target: Target) -> list[str]:
+    """The ``VECTOR_FEATURES`` (LLVM names) an LLVM target's code may use; [] for another kind."""
+    if target.kind.name != "llvm":
+        return []
+    have = cpu_features(target)
+    return [f for f in VECTOR_FEATURES if f in have]
 
 
 def target_json(target: Target) -> str:
