@@ -6,6 +6,7 @@ from autosched.api import (  # noqa: E402  (imports TVM, with its fixes)
     best_module,
     compile,
     extract_model_tasks,
+    load,
     load_compiled,
     load_kernel,
     load_model,
@@ -26,4 +27,5 @@ __all__ = [
     "Status", "Task", "TuneConfig", "TuneProgress", "TuneResult", "TuningRecord", "UserInputError", "__version__",
     "best_module", "compile", "compile_program", "extract_model_tasks", "load_compiled", "load_kernel", "load_model",
     "make_target", "op_task", "open_database", "primfunc_task", "tune", "tune_model", "tune_operator", "tune_task",
+    "load",
 ]

@@ -120,6 +120,26 @@ def load_tensor_intrins(target: Target) -> None:
         package.__autosched_partial__ = False
     for name in names or ():
         load_tensor_intrin_module(name)
+    if "cuda" in (names or ()):
+        _register_bf16_wmma()
+
+
+def _register_bf16_wmma() -> None:
+    """bfloat16 wmma intrinsics (operands from dynamic shared memory, float32 accumulation), made by TVM's own
+    generators: TVM 0.27 registers float16 and int8 wmma groups only, while nvcc takes ``nv_bfloat16`` fragments on
+    sm_80 and later (spaces/tensor_core.py lists the group). Names follow TVM's (``wmma_load_16x16x16_bf16_a_...``);
+    a second call does nothing."""
+    from tvm.s_tir import TensorIntrin
+    from tvm.s_tir.tensor_intrin import cuda
+
+    if TensorIntrin.get("wmma_sync_16x16x16_bf16bf16f32", allow_missing=True) is not None:
+        return
+    for is_b, trans, name in ((False, False, "a"), (True, False, "b"), (True, True, "b_trans")):
+        TensorIntrin.register(f"wmma_load_16x16x16_bf16_{name}_shared_dyn",
+                              *cuda.get_wmma_load_intrin(16, 16, 16, "bfloat16", "shared.dyn", is_b, trans))
+    for trans in (False, True):
+        TensorIntrin.register("wmma_sync_16x16x16_bf16bf16f32" + ("_trans" if trans else ""),
+                              *cuda.get_wmma_sync_intrin(16, 16, 16, "bfloat16", "float32", trans))
 
 
 def load_tensor_intrin_module(name: str) -> None:

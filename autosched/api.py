@@ -409,6 +409,15 @@ def compile(model: Any, target: str | Target = "llvm", db: str | Database | None
             return compile_model(model, target, database, fused=fused, cuda_graph=cuda_graph, on_progress=on_progress)
 
 
+def load(path: str):
+    """A tuned model saved by ``autosched compile -o``: an artifact (``model.autosched``, a zip file or a folder;
+    ``autosched.deploy.artifact``), checked to run on this host and with this TVM, or a library (``model.so``
+    with ``model.so.json``; ``load_compiled``). Call it with numpy arrays; it returns numpy arrays."""
+    from autosched.deploy.artifact import load_artifact, looks_like_artifact
+
+    return load_artifact(path) if looks_like_artifact(path) else load_compiled(path)
+
+
 def load_compiled(path: str):
     """A model library written by ``CompiledModel.export_library`` or ``autosched compile -o`` (one build, or
     one per shape bucket)."""

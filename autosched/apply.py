@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from autosched._tvm import IRModule, Schedule, Target, Trace, s_tir
+from autosched._tvm import IRModule, Schedule, Target, Trace, load_tensor_intrins, s_tir
 from autosched.records import TuningRecord
+from autosched.spaces.dlight_design import dlight_rules
 from autosched.spaces.settings import settings_for
 
 
@@ -18,6 +19,7 @@ def schedule_from_record(mod: IRModule, record: TuningRecord) -> Schedule:
     target = Target(json.loads(record.target))
     if record.trace_json is None:
         return Schedule(untuned(mod, target), error_render_level="none")
+    load_tensor_intrins(target)  # a tensorized trace names them (the bfloat16 wmma ones are ours)
     settings = settings_for(target)
     if record.space_version == settings.version:
         mod = settings.prepare(mod)
@@ -32,8 +34,6 @@ def untuned(mod: IRModule, target: Target) -> IRModule:
     PrimFunc not already scheduled (functions marked ``tirx.is_scheduled`` are left as they are)."""
     if target.kind.name == "llvm":
         return mod
-    dlight = s_tir.dlight
     copy = IRModule(mod.functions, attrs=mod.attrs) if mod.attrs else IRModule(mod.functions)  # dlight: in place
     with target:
-        return dlight.ApplyDefaultSchedule(dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(),
-                                           dlight.gpu.GeneralReduction(), dlight.gpu.Fallback())(copy)
+        return s_tir.dlight.ApplyDefaultSchedule(*dlight_rules())(copy)

@@ -223,8 +223,11 @@ class TuningSession:
         screen = make_screen(cfg, space, task.target.kind.name)
         if screen is not None:
             warm_screen(screen, task, records)
-        return OptunaStrategy(space, task.key, db.optuna_storage(), cfg.sampler, cfg.seed,
-                              seen=seen_from_records(records), screen=screen, about=task.about())
+        strategy = OptunaStrategy(space, task.key, db.optuna_storage(), cfg.sampler, cfg.seed,
+                                  seen=seen_from_records(records), screen=screen, about=task.about())
+        for params in space.gpu_seeds():  # measured first (those measured already are not proposed again)
+            strategy.propose(params)
+        return strategy
 
     def tune(self, task: Task, db: Database, on_progress: Callable[[TuneProgress], None] | None = None,
              strategy: OptunaStrategy | None = None, n_trials: int | None = None,

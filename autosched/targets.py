@@ -14,7 +14,16 @@ import shutil
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from autosched._tvm import Target, cross_compiler, host_cpu, host_features, llvm_cpus, missing_features, tvm
+from autosched._tvm import (
+    Target,
+    cpu_features,
+    cross_compiler,
+    host_cpu,
+    host_features,
+    llvm_cpus,
+    missing_features,
+    tvm,
+)
 from autosched.config import resolve_threads
 from autosched.errors import UserInputError
 
@@ -27,6 +36,11 @@ CUDA_ARCH_TAGS = {
     "sm_86": "nvidia/nvidia-a10", "sm_87": "nvidia/jetson-agx-orin-64gb", "sm_89": "nvidia/geforce-rtx-4090",
     "sm_90": "nvidia/nvidia-h100", "sm_100": "nvidia/nvidia-b100", "sm_120": "nvidia/geforce-rtx-5060-ti",
 }
+# The most shared memory a block may have when it asks for it (cudaDevAttrMaxSharedMemoryPerBlockOptin; the CUDA
+# programming guide's table of compute capabilities); a tag's max_shared_memory_per_block is the 48 KB without asking,
+# the limit of static shared memory. TVM's CUDA runtime asks for a kernel's dynamic shared memory at launch.
+CUDA_MAX_DYNAMIC_SHARED = {"sm_70": 98304, "sm_75": 65536, "sm_80": 166912, "sm_86": 101376, "sm_87": 166912,
+                           "sm_89": 101376, "sm_90": 232448, "sm_100": 232448, "sm_120": 101376}
 CUDA_ARCH_SPECIFIC = ("sm_90a", "sm_100a", "sm_120a")  # arch-specific features (wgmma, ...): same limits
 CUDA_LIMIT_KEYS = ("max_num_threads", "max_threads_per_block", "max_shared_memory_per_block", "registers_per_block",
                    "thread_warp_size", "l2_cache_size_bytes")
@@ -39,6 +53,22 @@ CROSS_COMPILERS = {"aarch64": "aarch64-linux-gnu-gcc"}  # first part of the trip
 TARGET_HINT = ("use llvm (this CPU), aarch64 or aarch64:<mcpu> (cross-compiled), cuda, an architecture such as "
                "sm_80 or cuda:sm_90, a TVM target tag such as nvidia/nvidia-h100, or a JSON dict like "
                "'{\"kind\": \"llvm\", \"mcpu\": \"znver3\"}'")
+
+
+# The x86 vector and matrix extensions that decide which code a CPU runs fast or at all (LLVM's names), with the
+# names people know them by: what ``autosched doctor`` shows and an artifact's manifest lists of its target.
+VECTOR_FEATURES = {"avx2": "AVX2", "fma": "FMA", "avx512f": "AVX-512F", "avx512bw": "AVX-512BW",
+                   "avx512vl": "AVX-512VL", "avx512vnni": "AVX-512 VNNI", "avxvnni": "AVX-VNNI",
+                   "avx512bf16": "AVX-512 BF16", "avx512fp16": "AVX-512 FP16", "amx-tile": "AMX",
+                   "amx-int8": "AMX-INT8", "amx-bf16": "AMX-BF16"}
+
+
+def vector_features(target: Target) -> list[str]:
+    """The ``VECTOR_FEATURES`` (LLVM names) an LLVM target's code may use; [] for another kind."""
+    if target.kind.name != "llvm":
+        return []
+    have = cpu_features(target)
+    return [f for f in VECTOR_FEATURES if f in have]
 
 
 def target_json(target: Target) -> str:
@@ -134,6 +164,13 @@ def cuda_arch_target(arch: str) -> Target:
     base = CUDA_ARCH_TAGS[arch.removesuffix("a")]
     config = {k: v for k, v in json.loads(str(Target(base))).items() if k != "tag"}
     return Target({**config, "arch": arch})
+
+
+def max_dynamic_shared_memory(target: Target) -> int:
+    """The bytes of dynamic shared memory a block of ``target`` may use (the opt-in limit of its architecture);
+    the target's own ``max_shared_memory_per_block`` for an architecture not listed."""
+    arch = str(target.attrs.get("arch", "")).removesuffix("a")
+    return CUDA_MAX_DYNAMIC_SHARED.get(arch, int(target.attrs.get("max_shared_memory_per_block", 0)))
 
 
 def _with_cuda_limits(config: dict[str, Any]) -> Target:

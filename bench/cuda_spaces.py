@@ -3,12 +3,13 @@
     python bench/cuda_spaces.py                              # sm_80 and sm_90, 100 samples per operator
     python bench/cuda_spaces.py --archs sm_90 --samples 20   # a quick look
 
-For each catalog operator (and a float16 matmul, where the tensor-core designs apply) on each architecture: the
-space's designs (and how many are tensor-core ones), the share of settings drawn uniformly from the space that
-are legal as drawn (VerifyGPUCode and the other postprocessors accept them: threads per block, virtual threads,
-shared memory), the share legal after ``TraceSearchSpace.repair`` (what the search measures), the time per
-sample, and whether the space's default schedule and a legal setting of each tensor-core design build with nvcc
-for that architecture. Prints a table and writes bench/results/cuda_spaces.json.
+For each catalog operator (and float16 / bfloat16 matmuls and a float16 convolution, where the tensor-core designs
+apply) on each architecture: the space's designs (and how many are tensor-core ones), the share of settings drawn
+uniformly from the rules' designs that are legal as drawn (VerifyGPUCode and the other postprocessors accept them:
+threads per block, virtual threads, shared memory), the share legal after ``TraceSearchSpace.repair`` (what the
+search measures), the time per sample, and whether the space's default schedule (dlight's design), a legal setting
+of each tensor-core design and each known-good tensor-core block (``tensor_core_seeds``) build with nvcc for that
+architecture. Prints a table and writes bench/results/cuda_spaces.json.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ SHAPES = {"matmul": (1024, 1024, 1024), "batch_matmul": (12, 128, 128, 64), "den
           "conv2d": (1, 64, 56, 56, 64, 3, 3), "depthwise_conv2d": (1, 32, 112, 112, 3, 3), "softmax": (128, 768),
           "layer_norm": (128, 768), "elementwise": (128, 3072), "gelu": (128, 3072)}
 FP16_MATMUL = (1024, 1024, 1024)  # float16 in and out: MultiLevelTilingTensorCore applies
+# float16 and bfloat16 kernels (bench/gpu_check.py's): tensor-core designs
+LOW_PRECISION = {
+    "matmul_fp16": lambda gc, target: gc.matmul_fp16_task(*FP16_MATMUL, target),
+    "matmul_fp16_f32acc": lambda gc, target: gc.matmul_fp16_f32acc_task(*FP16_MATMUL, target),
+    "matmul_bf16": lambda gc, target: gc.lowp_matmul_task("bfloat16", *FP16_MATMUL, target),
+    "conv2d_fp16": lambda gc, target: gc.conv2d_fp16_task((1, 256, 14, 14, 256, 3, 3), target),
+}
 
 
 @dataclass
@@ -42,6 +50,9 @@ class Row:
     ms_per_sample: float = 0.0
     default_builds: bool | None = None  # the default schedule compiles with nvcc (None: not tried)
     tensor_core_builds: list[bool] = field(default_factory=list)  # per tensor-core design: a legal setting compiles
+    dlight_builds: bool | None = None  # the dlight design (the GPU default, no knobs) is legal and compiles
+    tensor_core_seeds: int = 0  # known-good tensor-core blocks legal in this space (spaces/tensor_core.py)
+    seeds_build: list[bool] = field(default_factory=list)  # each seed compiles
     errors: list[str] = field(default_factory=list)
 
 
@@ -72,8 +83,11 @@ def measure(op: str, task, arch: str, samples: int, build: bool) -> Row:
     rng, drawn_ok, repaired_ok = np.random.default_rng(0), 0, 0
     start = time.perf_counter()
     legal: dict[int, dict] = {}  # design -> a legal setting of it
+    dlight = space.design_index("dlight")
     for i in range(samples):
         params = uniform_params(space, rng)
+        while dlight is not None and params.get("design") == dlight:  # the rules' designs (dlight's: one point)
+            params = uniform_params(space, rng)
         try:
             space.apply(params)
             drawn_ok += 1
@@ -100,6 +114,17 @@ def measure(op: str, task, arch: str, samples: int, build: bool) -> Row:
             ok, why = builds(space.apply(legal[design]).mod, target)
             row.tensor_core_builds.append(ok)
             row.errors += [f"design {design}: {why}"] if why else []
+        if dlight is not None:
+            row.dlight_builds, why = builds(space.apply({"design": dlight}).mod, target)
+            row.errors += [f"dlight: {why}"] if why else []
+        from autosched.spaces.tensor_core import tensor_core_seeds
+
+        seeds = tensor_core_seeds(space)
+        row.tensor_core_seeds = len(seeds)
+        for params in seeds:
+            ok, why = builds(space.apply(params).mod, target)
+            row.seeds_build.append(ok)
+            row.errors += [f"seed {params}: {why}"] if why else []
     return row
 
 
@@ -107,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--archs", default="sm_80,sm_90", help="CUDA architectures, comma-separated")
     parser.add_argument("--samples", type=int, default=100, help="settings drawn per operator and architecture")
-    parser.add_argument("--ops", default=",".join(SHAPES) + ",matmul_fp16,matmul_fp16_f32acc",
+    parser.add_argument("--ops", default=",".join(SHAPES) + "," + ",".join(LOW_PRECISION),
                         help="operators, comma-separated")
     parser.add_argument("--no-build", action="store_true", help="skip the nvcc builds")
     parser.add_argument("--out", default="cuda_spaces", help="name of the JSON written under bench/results/")
@@ -119,21 +144,22 @@ def main(argv: list[str] | None = None) -> int:
     from autosched.tasks import make_target, op_task
 
     use_nvcc_without_nvrtc()
-    from gpu_check import matmul_fp16_f32acc_task, matmul_fp16_task
+    import gpu_check
 
     rows = []
     for arch in args.archs.split(","):
         target = make_target(arch)
         for op in args.ops.split(","):
-            if op in ("matmul_fp16", "matmul_fp16_f32acc"):
-                task = (matmul_fp16_task if op == "matmul_fp16" else matmul_fp16_f32acc_task)(*FP16_MATMUL, target)
+            if op in LOW_PRECISION:
+                task = LOW_PRECISION[op](gpu_check, target)
             else:
                 task = op_task(op, SHAPES[op], target, settings_for(target).version)
             rows.append(measure(op, task, arch, args.samples, not args.no_build))
             r = rows[-1]
             print(f"{arch:6s} {op:17s} designs {r.designs} (tensor core {r.tensor_core_designs})  legal as drawn "
                   f"{r.valid_drawn:4.0%}  after repair {r.valid_repaired:4.0%}  {r.ms_per_sample:5.0f} ms/sample  "
-                  f"default builds {r.default_builds}  tensor-core designs build {r.tensor_core_builds}", flush=True)
+                  f"default builds {r.default_builds}  tensor-core designs build {r.tensor_core_builds}  dlight builds "
+                  f"{r.dlight_builds}  seeds {r.tensor_core_seeds} build {r.seeds_build}", flush=True)
     path = write_json(args.out, {"command": "python bench/cuda_spaces.py " + " ".join(argv or sys.argv[1:]),
                                  "commit": git_commit(), "samples": args.samples, "rows": [asdict(r) for r in rows]})
     print(f"wrote {path}")

@@ -3,14 +3,17 @@
     python bench/gpu_check.py                      # on a machine with an NVIDIA GPU: about 8 minutes
     python bench/gpu_check.py --target llvm --small --budget-s 90  # the same steps on this CPU, small shapes
 
-Four cases, each tuned for its share of ``--budget-s`` (whole tuning time, setup included), then timed beside
+Six kernels, each tuned for its share of ``--budget-s`` (whole tuning time, setup included), then timed beside
 PyTorch at its default settings through the same kind of call (one Python call on arguments already on the
 device, followed by a device synchronisation), rounds interleaved, median of the rounds:
 
 * matmul 4096^3 in float32 (the catalog's matmul; PyTorch: ``torch.matmul``, TF32 off as by default),
 * matmul 4096^3 in float16, accumulated in float16 (a TE compute; tensor-core designs in the space),
-* a ResNet-50 3x3 convolution with bias and ReLU (catalog conv2d, NCHW; PyTorch: cuDNN),
-* the built-in ResNet-18 (whole model: tuned fusion groups, dlight's defaults for the rest).
+* matmul 4096^3 in float16 and in bfloat16, accumulated in float32 and rounded to the input type (as cuBLAS),
+* a ResNet-50 3x3 convolution with bias and ReLU (catalog conv2d, NCHW; PyTorch: cuDNN), and the same
+  convolution in float16 channels-last (NHWC input, OHWI weights; PyTorch: cuDNN on channels-last views),
+* the models (``--models``; default ResNet-18 and BERT: whole model, tuned fusion groups, the rest on dlight's
+  schedules), beside PyTorch eager and ``torch.compile`` (Inductor).
 
 Every tuned result is checked against PyTorch's output before it is timed. Prints a table and writes
 ``bench/results/gpu_check.json`` (``--out`` to change the name). The issue's bar: fp32 matmul >= 50% of PyTorch's
@@ -32,10 +35,12 @@ from common import time_interleaved, write_json  # noqa: E402
 
 FULL = {"matmul": (4096, 4096, 4096), "conv2d": (1, 256, 14, 14, 256, 3, 3), "models": ("resnet18", "bert")}
 SMALL = {"matmul": (256, 256, 256), "conv2d": (1, 32, 14, 14, 32, 3, 3), "models": ("tiny_cnn",)}
-SHARES = {"matmul_fp32": 0.2, "matmul_fp16": 0.15, "matmul_fp16_f32acc": 0.15, "conv2d": 0.15,
-          "model": 0.35}  # of --budget-s (default)
+SHARES = {"matmul_fp32": 0.12, "matmul_fp16": 0.08, "matmul_fp16_f32acc": 0.1, "matmul_bf16": 0.1, "conv2d": 0.1,
+          "conv2d_fp16": 0.1, "model": 0.4}  # of --budget-s (default)
 MIN_TRIALS = 8  # measurements per kernel even past its share of the budget
 FP16_TOLERANCE = 2e-2  # float16 accumulation over K=4096 terms, relative to the largest output
+# float32 accumulation rounded to float16 or bfloat16 (8 bits of mantissa: 0.4 % of an element)
+LOW_PRECISION = {"rtol": FP16_TOLERANCE, "atol": FP16_TOLERANCE}
 
 
 @dataclass
@@ -141,7 +146,6 @@ def tune_kernel(task, seconds: float, work: Path, config_kw: dict, min_trials: i
 def kernel_case(name: str, task, inputs, torch_call, seconds: float, dev: Devices, work: Path, repeat: int,
                 config_kw: dict) -> Row:
     """Tune a task, rebuild its best schedule, check it against PyTorch's output and time both."""
-    import torch
 
     from autosched._tvm import tvm
     from autosched.api import best_module
@@ -157,7 +161,7 @@ def kernel_case(name: str, task, inputs, torch_call, seconds: float, dev: Device
     function = tvm.compile(best_module(db, task.key), target=task.target)["main"]
     out_spec = task.arg_specs()[-1]
     args = dev.tensors(inputs, [out_spec])
-    t_args = [torch.from_numpy(a).to(dev.torch) for a in inputs]
+    t_args = [torch_tensor(a, dev) for a in inputs]
     want = torch_call(*t_args)
     function(*args)
     row.max_rel_err = max_rel_err(args[-1].numpy().astype("float32"), want.float().cpu().numpy())
@@ -173,6 +177,15 @@ def kernel_case(name: str, task, inputs, torch_call, seconds: float, dev: Device
     times = time_pair({"autosched": ours, "torch": theirs}, repeat)
     row.autosched_ms, row.torch_ms = times["autosched"], times["torch"]
     return row
+
+
+def torch_tensor(array, dev: Devices):
+    """A numpy array on PyTorch's device (bfloat16, which numpy holds through ml_dtypes, by its bits)."""
+    import torch
+
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view("uint16")).view(torch.bfloat16).to(dev.torch)
+    return torch.from_numpy(array).to(dev.torch)
 
 
 def matmul_fp16_task(m: int, n: int, k: int, target):
@@ -194,22 +207,63 @@ def matmul_fp16_task(m: int, n: int, k: int, target):
 
 
 def matmul_fp16_f32acc_task(m: int, n: int, k: int, target):
-    """float16 in, float32 accumulation and out (as cuBLAS's float16 GEMM accumulates, and as autosched's
-    ``--precision fp16`` rewrite asks); checked against numpy in float32."""
+    """float16 in, float32 accumulation, float16 out (as cuBLAS's float16 GEMM, and as autosched's ``--precision
+    fp16`` rewrite asks); checked against numpy in float32."""
+    return lowp_matmul_task("float16", m, n, k, target)
+
+
+def lowp_matmul_task(dtype: str, m: int, n: int, k: int, target):
+    """``dtype`` (float16 or bfloat16) in and out, accumulated in float32: tensor-core designs with float32
+    accumulation (bfloat16: the wmma group autosched registers)."""
     import numpy as np
 
     from autosched._tvm import IRModule, te
     from autosched.spaces.settings import settings_for
     from autosched.tasks import primfunc_task
 
-    a, b = te.placeholder((m, k), "float16", name="A"), te.placeholder((k, n), "float16", name="B")
+    a, b = te.placeholder((m, k), dtype, name="A"), te.placeholder((k, n), dtype, name="B")
     r = te.reduce_axis((0, k), "k")
-    c = te.compute((m, n), lambda i, j: te.sum(a[i, r].astype("float32") * b[r, j].astype("float32"), axis=r),
-                   name="C")
-    task = primfunc_task("matmul_fp16_f32acc", IRModule({"main": te.create_prim_func([a, b, c])}), target,
+    acc = te.compute((m, n), lambda i, j: te.sum(a[i, r].astype("float32") * b[r, j].astype("float32"), axis=r),
+                     name="C")
+    c = te.compute((m, n), lambda i, j: acc[i, j].astype(dtype), name="C_cast")
+    name = {"float16": "matmul_fp16_f32acc", "bfloat16": "matmul_bf16"}[dtype]
+    task = primfunc_task(name, IRModule({"main": te.create_prim_func([a, b, c])}), target,
                          settings_for(target).version)
-    task.reference = lambda ins: [ins[0].astype(np.float32) @ ins[1].astype(np.float32)]
+    task.reference = lambda ins: [(ins[0].astype(np.float32) @ ins[1].astype(np.float32)).astype(ins[0].dtype)]
     task.info["shape"] = (m, n, k)
+    return task
+
+
+def conv2d_fp16_task(shape: tuple, target):
+    """The catalog convolution's shape (batch, in channels, size, size, out channels, kernel, kernel) in float16,
+    channels last (NHWC input, OHWI weights: what cuDNN takes fastest), accumulated in float32, float16 out."""
+    import numpy as np
+
+    from autosched._tvm import IRModule, te
+    from autosched.spaces.settings import settings_for
+    from autosched.tasks import primfunc_task
+
+    n, c, h, w, o, kh, kw = shape
+    ph, pw = (kh - 1) // 2, (kw - 1) // 2
+    x, wt = te.placeholder((n, h, w, c), "float16", name="X"), te.placeholder((o, kh, kw, c), "float16", name="W")
+    zero = te.const(0, "float16")
+    xp = te.compute((n, h + 2 * ph, w + 2 * pw, c), lambda b, y, z, i: te.if_then_else(
+        te.all(y >= ph, y < h + ph, z >= pw, z < w + pw), x[b, y - ph, z - pw, i], zero), name="pad")
+    ry, rz, ri = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rz"), te.reduce_axis((0, c), "ri")
+    acc = te.compute((n, h, w, o), lambda b, y, z, j: te.sum(
+        xp[b, y + ry, z + rz, ri].astype("float32") * wt[j, ry, rz, ri].astype("float32"), axis=[ry, rz, ri]),
+        name="conv")
+    out = te.compute((n, h, w, o), lambda *i: acc(*i).astype("float16"), name="conv_cast")
+    task = primfunc_task("conv2d_fp16", IRModule({"main": te.create_prim_func([x, wt, out])}), target,
+                         settings_for(target).version)
+
+    def reference(ins):
+        xs = np.pad(ins[0].astype(np.float32), ((0, 0), (ph, ph), (pw, pw), (0, 0)))
+        win = np.lib.stride_tricks.sliding_window_view(xs, (kh, kw), axis=(1, 2))  # n, h, w, c, kh, kw
+        return [np.einsum("nhwcyz,oyzc->nhwo", win, ins[1].astype(np.float32)).astype(np.float16)]
+
+    task.reference = reference
+    task.info["shape"] = shape
     return task
 
 
@@ -236,13 +290,20 @@ def kernel_rows(target, shapes: dict, budget_s: float, dev: Devices, work: Path,
         ("matmul_fp16", matmul_fp16_task(*shapes["matmul"], target), lambda a, b: torch.matmul(a, b),
          {"rtol": FP16_TOLERANCE, "atol": FP16_TOLERANCE}),
         # PyTorch's float16 matmul accumulates in float32 too (cuBLAS), returning float16: compared in float32
-        ("matmul_fp16_f32acc", matmul_fp16_f32acc_task(*shapes["matmul"], target),
-         lambda a, b: torch.matmul(a, b).float(), {"rtol": FP16_TOLERANCE, "atol": FP16_TOLERANCE}),
+        # PyTorch's float16 and bfloat16 matmuls accumulate in float32 too (cuBLAS) and return their input type
+        ("matmul_fp16_f32acc", matmul_fp16_f32acc_task(*shapes["matmul"], target), lambda a, b: torch.matmul(a, b),
+         LOW_PRECISION),
+        ("matmul_bf16", lowp_matmul_task("bfloat16", *shapes["matmul"], target), lambda a, b: torch.matmul(a, b),
+         LOW_PRECISION),
     ]
     conv = op_task("conv2d", shapes["conv2d"], target, version)
     conv.info["shape"] = shapes["conv2d"]
     pad = (shapes["conv2d"][5] - 1) // 2
     cases.append(("conv2d", conv, lambda x, w, b: torch.relu(F.conv2d(x, w, b, padding=pad)), {}))
+    # channels last: NHWC and OHWI arrays seen as NCHW / OIHW views (no copy); the output seen back as NHWC
+    cases.append(("conv2d_fp16", conv2d_fp16_task(shapes["conv2d"], target),
+                  lambda x, w: F.conv2d(x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), padding=pad).permute(0, 2, 3, 1),
+                  LOW_PRECISION))
     for name, task, call, kw in cases:
         inputs = task.random_inputs(0)
         print(f"[{name}] tuning {task.name} for {budget_s * share[name]:.0f} s ...", flush=True)

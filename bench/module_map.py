@@ -34,7 +34,7 @@ LAYERS: list[set[str]] = [
     {"scheduler"},
     {"deploy"},
     {"corpus"},
-    {"report", "report_html"},
+    {"report", "report_html", "doctor"},
     {"api"},
     {"programs"},
     {"family_example"},

@@ -36,3 +36,23 @@ def test_torch_is_pinned_exactly_and_optional():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert not any(d.startswith("torch") for d in meta["dependencies"])
     assert meta["optional-dependencies"]["torch"] == ["torch==2.13.0"]
+
+
+def test_pip_wheel_builds_one_wheel_with_the_data_and_the_command(tmp_path):
+    """What CI's .ci/wheel_check installs and runs outside the source tree: the data folders are inside the package
+    and the ``autosched`` command is declared."""
+    import subprocess
+    import sys
+    import zipfile
+
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (wheel,) = tmp_path.glob("autosched-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for folder in ("search_spaces", "cost_models", "tuning_logs"):
+        shipped = {p.relative_to(ROOT).as_posix() for p in (ROOT / folder).rglob("*") if p.is_file()}
+        assert {f"autosched/_data/{p}" for p in shipped} <= set(names), folder
+    entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "autosched = autosched.cli:main" in entry_points
+    assert "wheel_check" in (ROOT / ".ci" / "run").read_text()

@@ -1,9 +1,10 @@
-"""The command line: ``autosched tune | inspect | compile | run | show | report | export | import |
+"""The command line: ``autosched tune | inspect | compile | run | doctor | show | report | export | import |
 train-cost-model``. The CLI owns all output; each command is a thin layer over ``autosched.api``.
 
 ``main`` parses (``parser.py``), sends TVM's own output to the log file and runs the command of one module per
 family: ``operator.py`` (tune one operator or tensor program), ``model.py`` (tune, inspect, compile and run a
-model), ``database.py`` (show, report, export, import, train a cost model); ``output.py`` prints.
+model, or an artifact), ``doctor.py`` (this machine, and which records apply to it), ``database.py`` (show,
+report, export, import, train a cost model); ``output.py`` prints.
 """
 
 from __future__ import annotations
@@ -94,6 +95,10 @@ def _command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
 
     if args.command == "tune":
         return _tune
+    if args.command == "doctor":
+        from autosched.cli import doctor
+
+        return doctor.cmd_doctor
     family = model if args.command in ("inspect", "compile", "run") else database
     return getattr(family, f"cmd_{args.command.replace('-', '_')}")
 

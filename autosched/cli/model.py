@@ -257,35 +257,53 @@ def _compile(args: argparse.Namespace, db, target, model=None, fused=None):
                        on_note=note, on_progress=steps.progress, fused=fused)
 
 
+LIBRARY_SUFFIXES = (".so", ".dylib", ".dll")  # -o PATH.so: the bare library (and PATH.json), not an artifact
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
+    """``compile -o``: an artifact (a zip file, or a folder where the path ends in / or is one), or with a
+    ``.so`` path the bare library and its ``PATH.json``."""
+    from autosched.deploy.artifact import is_folder_path, save_artifact
+
     _check_counts(args)
     output = Path(args.output)
-    if output.is_dir():
-        raise UserInputError(f"-o {output} is a folder: give a file path such as {output / 'model.so'}")
+    as_library = output.suffix in LIBRARY_SUFFIXES and not is_folder_path(args.output)
+    if args.shape_buckets and not as_library:
+        raise UserInputError(f"-o {args.output}: a model with --shape-buckets is written as one library per bucket: "
+                             "give a path such as model.so (an artifact holds one build)")
     target = api.build_target(args.target, args.threads)  # another CPU's build is fine: it is not run here
     with api.opened(args.db, create=False) as db:
         compiled = _compile(args, db, target)
         for built in getattr(compiled, "compiled", {"": compiled}).values():
             _warn_if_no_match(built, db, target)
+        if not as_library:
+            save_artifact(compiled, args.output, db, ["autosched", *args.argv], display_name(args.db))
     if args.shape_buckets:
         return _export_buckets(args, compiled, output)
-    compiled.export_library(output)
-    n = compiled.counts()
-    out.print(f"{compiled.name}: {len(compiled.sources)} fusion groups: {n['tuned']} tuned (best record in "
-              f"{display_name(args.db)}), {n['default']} default schedule, {n['unscheduled']} unscheduled; wrote "
-              f"{output} and {output}.json")
+    if as_library:
+        compiled.export_library(output)
+    wrote = f"{output} and {output}.json" if as_library else (
+        f"{args.output} (load it with autosched.load({args.output!r}), time it with autosched run {args.output})")
+    out.print(f"{compiled.name}: {len(compiled.sources)} fusion groups: {_schedule_counts(compiled)} (records of "
+              f"{display_name(args.db)}); wrote {wrote}", highlight=False)
     _print_precision(compiled)
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from autosched.deploy.artifact import looks_like_artifact
+
+    if looks_like_artifact(args.model):
+        return _run_artifact(args)
+    if not args.db:
+        raise UserInputError(f"run {args.model} needs --db DB (the tuning database; an artifact, "
+                             "model.autosched, needs none)")
     if args.max_padding is not None and not args.shape_buckets:
         raise UserInputError("--max-padding goes with --shape-buckets (the sizes it fills in between)")
     if args.shape_buckets:
         return _run_buckets_command(args)
     from autosched._tvm import set_num_threads
     from autosched.deploy.reference import max_relative_error, onnxruntime_session, reference_session, run_onnxruntime
-    from autosched.timing import time_interleaved
 
     target = _run_target(args)
     model, fused = api.prepare_model(args.model, target, args.precision, _inputs(args), Steps(mode_of(args)), note)
@@ -298,9 +316,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     untuned = api.compile_unscheduled(model, target, fused)
     set_num_threads(args.threads)
     feed = {spec.name: x for spec, x in zip(model.inputs, inputs, strict=True)}
-    times = time_interleaved({"tuned": lambda: tuned(*inputs), "untuned": lambda: untuned(*inputs),
-                              "ort": lambda: session.run(None, feed)}, args.repeat, min_round_s=0.1)
-    tuned_s, untuned_s, ort_s = (float(np.median(times[k])) for k in ("tuned", "untuned", "ort"))
+    medians = _median_latencies({"tuned": lambda: tuned(*inputs), "untuned": lambda: untuned(*inputs),
+                                 "ort": lambda: session.run(None, feed)}, args.repeat)
+    tuned_s, untuned_s, ort_s = (medians[k] for k in ("tuned", "untuned", "ort"))
     worst = max_relative_error(tuned(*inputs), want)
     table = Table(title=f"autosched run: {model.name}, {args.threads} thread(s), latency of the call from Python "
                         "(median of interleaved rounds)")
@@ -311,16 +329,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                   ("ONNX Runtime", ort_s, "-")):
         table.add_row(label, fmt_s(seconds), f"{untuned_s / seconds:.1f}x", f"{ort_s / seconds:.2f}x", error)
     out.print(table)
-    n = tuned.counts()
-    _print_precision(tuned)
-    dlight = f", {n['dlight']} dlight" if n["dlight"] else ""
-    out.print(f"fusion groups: {n['tuned']} tuned, {n['default']} default schedule{dlight}, {n['unscheduled']} "
-              "unscheduled")
-    if args.profile > 0:
-        from autosched.deploy.profiling import profile
-
-        out.print(f"per call (TVM's kernels and the VM's builtins, {args.threads} thread(s), ms per inference):")
-        out.print(profile(tuned, inputs).table(top=args.profile), highlight=False)
+    _print_groups_and_profile(args, tuned, inputs)
     tolerance = _tolerance(args)
     if worst > tolerance:
         err.print(f"autosched: error: tuned outputs differ from ONNX Runtime's (max rel. error {worst:.2e} > "
@@ -328,6 +337,76 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
     out.print(f"outputs match ONNX Runtime (max rel. error {worst:.2e} <= {tolerance:g}"
               + (f", {args.precision}" if args.precision != "fp32" else "") + ")")
+    return 0
+
+
+def _schedule_counts(compiled) -> str:
+    """'3 tuned, 1 other CPU, 2 default schedule, 0 unscheduled': tuned, default and unscheduled always, the other
+    sources (transferred, another CPU's, dlight) where there are any."""
+    n = compiled.counts()
+    always = {"tuned": "tuned", "default": "default schedule", "unscheduled": "unscheduled"}
+    shown = [f"{n[k]} {label}" for k, label in always.items()]
+    return ", ".join(shown[:1] + [f"{v} {k}" for k, v in n.items() if k not in always and v] + shown[1:])
+
+
+def _median_latencies(calls: dict, repeat: int) -> dict[str, float]:
+    """Each call's median latency in seconds over ``repeat`` interleaved rounds (``timing.time_interleaved``)."""
+    from autosched.timing import time_interleaved
+
+    times = time_interleaved(calls, repeat, min_round_s=0.1)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
+def _print_groups_and_profile(args: argparse.Namespace, tuned, inputs: list) -> None:
+    """The build's schedule counts (and precision); with --profile N its N slowest kernels."""
+    _print_precision(tuned)
+    out.print(f"fusion groups: {_schedule_counts(tuned)}", highlight=False)
+    if args.profile > 0:
+        from autosched.deploy.profiling import profile
+
+        out.print(f"per call (TVM's kernels and the VM's builtins, {args.threads} thread(s), ms per inference):")
+        out.print(profile(tuned, inputs).table(top=args.profile), highlight=False)
+
+
+# --- artifacts (autosched compile -o model.autosched) ----------------------------------------------------------
+def _run_artifact(args: argparse.Namespace) -> int:
+    """``run model.autosched``: load it (refused on a host or TVM it was not built for), time the call from Python
+    and the kernels alone on random inputs, and say where it came from."""
+    from autosched._tvm import set_num_threads
+    from autosched.deploy.artifact import load_artifact, read_manifest
+
+    _check_counts(args)
+    given = [flag for flag, on in (("--db", args.db), ("--shape-buckets", args.shape_buckets),
+                                   ("--input", args.input), ("--tolerance", args.tolerance is not None),
+                                   ("--max-padding", args.max_padding is not None)) if on]
+    if given:
+        raise UserInputError(f"{', '.join(given)}: not for an artifact, which holds its build, input shapes and "
+                             f"target (autosched run {args.model} --threads N --repeat N --seed N)")
+    manifest = read_manifest(args.model)
+    compiled = load_artifact(args.model)
+    set_num_threads(args.threads)
+    rng = np.random.default_rng(args.seed)
+    inputs = [spec.random(rng) for spec in compiled.inputs]
+    outputs = compiled(*inputs)
+    medians = _median_latencies({"call": lambda: compiled(*inputs)}, args.repeat)
+    medians["kernels"] = float(np.median(compiled.time(inputs, args.threads, repeat=args.repeat, min_repeat_ms=100)))
+    built, target = manifest["versions"], manifest["target"]
+    table = Table(title=f"autosched run: {args.model} ({manifest.get('name') or 'model'}), {args.threads} thread(s), "
+                        "medians")
+    for col in ("build", "latency of the call from Python", "kernels alone (TVM's timer)", "outputs"):
+        table.add_column(col, justify="left" if col in ("build", "outputs") else "right")
+    shapes = ", ".join(f"{'x'.join(map(str, o.shape))} {o.dtype}" for o in outputs)
+    table.add_row("autosched (artifact)", fmt_s(medians["call"]), fmt_s(medians["kernels"]), shapes)
+    out.print(table)
+    prov = manifest.get("provenance", {})
+    out.print(f"built {manifest.get('created_at', '?')} with autosched {built.get('autosched')}, TVM {built.get('tvm')}"
+              f", Python {built.get('python')} for {target.get('kind')} {target.get('mcpu') or ''} "
+              f"({', '.join(target.get('features') or []) or 'no vector extensions'}); schedules from "
+              f"{prov.get('database') or 'no database'}", highlight=False)
+    _print_groups_and_profile(args, compiled, inputs)
+    if not all(np.isfinite(o).all() for o in outputs if np.issubdtype(o.dtype, np.floating)):
+        err.print("autosched: error: the artifact's outputs on random inputs are not all finite", style="red")
+        return 1
     return 0
 
 

@@ -90,15 +90,21 @@ def _add_model_commands(sub: argparse._SubParsersAction) -> None:
     cores = resolve_threads()
     p = sub.add_parser("inspect", help="graph rewrites, fusion groups and memory plan of a model")
     _model_args(p, cores)
-    p = sub.add_parser("compile", help="build a model with its tuned schedules into a shared library")
+    p = sub.add_parser("compile", help="build a model with its tuned schedules into one artifact (or a shared "
+                                       "library)")
     _model_args(p, cores)
     p.add_argument("--db", required=True, help="tuning database (SQLite path or SQLAlchemy URL)")
-    p.add_argument("-o", "--output", required=True, help="library to write (a .so; PATH.json is written beside)")
+    p.add_argument("-o", "--output", required=True,
+                   help="what to write: an artifact, one zip file (model.autosched), or a folder where the path ends "
+                        "in / or is an existing folder (library, signature, target, versions, tuning provenance; "
+                        "autosched.load(PATH)); a path ending in .so writes the bare library and PATH.json beside it")
     _bucket_arg(p)
     _padding_arg(p)
-    p = sub.add_parser("run", help="time a tuned model against the untuned build and ONNX Runtime, check outputs")
+    p = sub.add_parser("run", help="time a tuned model against the untuned build and ONNX Runtime, check outputs; "
+                                   "or time an artifact (autosched run model.autosched)")
     _model_args(p, cores)
-    p.add_argument("--db", required=True, help="tuning database (SQLite path or SQLAlchemy URL)")
+    p.add_argument("--db", help="tuning database (SQLite path or SQLAlchemy URL); required for a MODEL, not for an "
+                                "artifact")
     p.add_argument("--repeat", type=int, default=5, help="timing samples per build (median reported)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--tolerance", type=float, help="max relative error vs ONNX Runtime (1e-3; 2e-2 with --precision "
@@ -117,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_tune(sub)
     _add_model_commands(sub)
+    p = sub.add_parser("doctor", help="this machine as autosched sees it: CPU and its vector extensions, the target "
+                                      "and threads it uses, versions, GPU, which shipped logs and records apply")
+    p.add_argument("--db", help="also say how many of this database's records apply here, and why the others do not")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout instead of tables")
     p = sub.add_parser("show", help="best record per task in a database")
     p.add_argument("--db", required=True)
     p = sub.add_parser("report", help="tuning report of a database: one self-contained HTML file (plots embedded) "

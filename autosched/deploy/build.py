@@ -232,6 +232,15 @@ def _best_schedule_record(db: Database | None, key: str, tjson: str, skipped: Co
     return best if scheduled else None
 
 
+@dataclass(frozen=True)
+class OutputSpec:
+    """One result of a model: its name, static shape and dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
 CUDA_GRAPH_CONFIG = "relax.backend.use_cuda_graph"  # TVM's pass config: capture kernel launches as CUDA graphs
 
 
@@ -250,6 +259,8 @@ class CompiledModel:
     precision_error: float | None = None  # max relative error vs float32 on random inputs (low precision only)
     foreign: dict[str, str] = field(default_factory=dict)  # fusion group -> the other CPU its schedule was tuned on
     name: str = ""  # the model's
+    outputs: list[OutputSpec] = field(default_factory=list)  # the entry function's results (empty: not known)
+    keys: dict[str, str] = field(default_factory=dict)  # fusion group -> its task key for ``target`` (provenance)
     _vm_cache: Any = field(default=None, init=False, repr=False, compare=False)
     _caller_cache: Caller | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -314,7 +325,8 @@ class CompiledModel:
         self.executable.export_library(str(path))
         meta = {"inputs": [[s.name, list(s.shape), s.dtype] for s in self.inputs], "target": self.target,
                 "sources": self.sources, "borrowed": self.borrowed, "entry": self.entry, "precision": self.precision,
-                "precision_error": self.precision_error, "foreign": self.foreign}
+                "precision_error": self.precision_error, "foreign": self.foreign, "name": self.name,
+                "outputs": [[s.name, list(s.shape), s.dtype] for s in self.outputs], "keys": self.keys}
         Path(str(path) + ".json").write_text(json.dumps(meta, indent=1))
         return path
 
@@ -348,11 +360,37 @@ def compile_model(model: Model, target: Target, db: Database | None = None, defa
     if is_gpu(target):  # after the finish passes: any kernel they add is scheduled too
         final = dlight_schedules(final, target, sources)
     compiled = CompiledModel(_build(final, target, model.name, cuda_graph), model.inputs, target_json(target), sources,
-                             borrowed, skipped, model.entry, precision_of(model.mod), foreign=foreign, name=model.name)
+                             borrowed, skipped, model.entry, precision_of(model.mod), foreign=foreign, name=model.name,
+                             outputs=output_specs(model), keys=group_keys(fused, target))
     if compiled.precision != "fp32" and runs_here(target):  # for another CPU: measured where it runs
         say("accuracy against float32")
         compiled.precision_error = precision_error(model, compiled, target)
     return compiled
+
+
+def output_specs(model: Model) -> list[OutputSpec]:
+    """The model's results, name (the ONNX graph's output names; ``output0``, ... otherwise), shape and dtype, from
+    its entry function's return type; [] where a shape is not static (a symbolic dimension)."""
+    ret = model.mod[model.entry].ret_ty
+    parts = list(ret.fields) if hasattr(ret, "fields") else [ret]
+    names = _onnx_output_names(model.onnx_bytes) if model.onnx_bytes else []
+    try:
+        return [OutputSpec(names[i] if i < len(names) else f"output{i}", tuple(int(d) for d in t.shape.values),
+                           str(t.dtype)) for i, t in enumerate(parts)]
+    except (AttributeError, TypeError):  # a symbolic dimension, or not a tensor
+        return []
+
+
+def _onnx_output_names(onnx_bytes: bytes) -> list[str]:
+    import onnx
+
+    return [o.name for o in onnx.load_model_from_string(onnx_bytes).graph.output]
+
+
+def group_keys(fused: IRModule, target: Target) -> dict[str, str]:
+    """Each fusion group's task key for ``target`` (the key its records are stored under)."""
+    version = settings_for(target).version
+    return {g.name: task_key(group_module(g.func), target, version) for g in fusion_groups(fused)}
 
 
 def precision_error(model: Model, compiled: CompiledModel, target: Target, n_inputs: int = 3) -> float:
@@ -403,7 +441,9 @@ def load_library(path: str | Path, meta: dict[str, Any]) -> CompiledModel:
     return CompiledModel(_load_library(path, meta["target"]), inputs, meta["target"], meta.get("sources", {}),
                          meta.get("borrowed", {}), entry=meta.get("entry", "main"),
                          precision=meta.get("precision", "fp32"), precision_error=meta.get("precision_error"),
-                         foreign=meta.get("foreign", {}))
+                         foreign=meta.get("foreign", {}), name=meta.get("name", ""),
+                         outputs=[OutputSpec(n, tuple(shape), dtype) for n, shape, dtype in meta.get("outputs", [])],
+                         keys=meta.get("keys", {}))
 
 
 def _load_library(path: Path, target: str) -> Any:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from autosched._tvm import Trace
 from autosched.spaces.attention import attention_design
 from autosched.spaces.concat import partitioned_concat_design
+from autosched.spaces.dlight_design import dlight_design
 from autosched.spaces.row_reduction import row_reduction_design
 from autosched.spaces.serial import serial_design
 from autosched.spaces.streaming import streaming_reduction_design
@@ -33,6 +34,9 @@ class ExtraDesign:
     # a copy of the design default_schedule would try first so far (``build`` gets its trace); left out of that order
     # (``TraceSearchSpace.serial_default`` measures it beside the default)
     copies_preferred: bool = False
+    # its shared memory is all dynamic: VerifyGPUCode checks it against the GPU's opt-in limit per block (e.g. 227 KB
+    # on an H100), not the 48 KB of static shared memory (``targets.max_dynamic_shared_memory``)
+    dynamic_shared_memory: bool = False
 
 
 EXTRA_DESIGNS: tuple[ExtraDesign, ...] = (
@@ -47,4 +51,6 @@ EXTRA_DESIGNS: tuple[ExtraDesign, ...] = (
                 skips_microkernel=True),
     # a small function's preferred design without its parallel loops (spaces/serial.py)
     ExtraDesign("serial", "serial_small", serial_design, preferred=False, copies_preferred=True),
+    # on a GPU, the schedule of TVM's dlight rules, with no knobs (spaces/dlight_design.py)
+    ExtraDesign("dlight", "dlight_designs", dlight_design, target_kinds=("cuda",), dynamic_shared_memory=True),
 )

@@ -237,7 +237,21 @@ class TraceSearchSpace(SearchSpace):
         origin = self._extras.get(self._origin(int(params.get("design", 0))))
         if origin is not None and not origin.layout_rewrite:
             postprocs = [p for p in postprocs if not isinstance(p, ms.postproc.RewriteLayout)]
+        if origin is not None and origin.dynamic_shared_memory:
+            postprocs = [self._verify_dynamic_shared if isinstance(p, ms.postproc.VerifyGPUCode) else p
+                         for p in postprocs]
         return self._schedule(trace, decisions, postprocs)
+
+    @functools.cached_property
+    def _verify_dynamic_shared(self) -> Any:
+        """VerifyGPUCode with the GPU's opt-in shared memory per block as its limit (a design whose shared memory
+        is all dynamic: ``ExtraDesign.dynamic_shared_memory``)."""
+        from autosched.targets import max_dynamic_shared_memory
+
+        config = {**self.target.export(), "max_shared_memory_per_block": max_dynamic_shared_memory(self.target)}
+        verify = ms.postproc.VerifyGPUCode()
+        verify._initialize_with_tune_context(ms.TuneContext(mod=self.mod, target=Target(config), task_name="main"))
+        return verify
 
     def repair(self, params: dict[str, Any], seed: int = 0, max_steps: int = 200, max_applies: int = 10
                ) -> tuple[dict[str, Any], Schedule] | None:
@@ -339,6 +353,16 @@ class TraceSearchSpace(SearchSpace):
     def _origin(self, design: int) -> int:
         """The design ``design`` is a copy of (a serial copy), else itself."""
         return self._sources.get(design, design)
+
+    def gpu_seeds(self) -> list[dict[str, Any]]:
+        """On a GPU, known-good settings a search measures first: dlight's design, then the tensor-core blocks of
+        ``tensor_core.tensor_core_seeds``; [] on a CPU (its micro-kernel seeds are the model tuner's)."""
+        if self.target.kind.name == "llvm":
+            return []
+        from autosched.spaces.tensor_core import tensor_core_seeds
+
+        dlight = self.design_index("dlight")
+        return ([] if dlight is None else [self.default_params(dlight)]) + tensor_core_seeds(self)
 
     def serial_default(self) -> tuple[dict[str, Any], Schedule] | None:
         """The serial copy's own decisions as a schedule, where the space has one and they are legal; None

@@ -58,12 +58,14 @@ class Sampled:
         return sum(self.rejected.values()) / self.n_tried if self.n_tried else 0.0
 
 
-def sample(space: TraceSearchSpace, n: int, seed: int = 0, max_tries: int = MAX_TRIES) -> Sampled:
-    """Up to ``n`` legal candidates from uniformly random knob settings."""
+def sample(space: TraceSearchSpace, n: int, seed: int = 0, max_tries: int = MAX_TRIES,
+           designs: list[int] | None = None) -> Sampled:
+    """Up to ``n`` legal candidates from uniformly random knob settings (of ``designs``, default all)."""
     rng, out = random.Random(seed), Sampled()
+    designs = designs if designs is not None else list(range(len(space.designs)))
     while len(out.schedules) < n and out.n_tried < max_tries:
         out.n_tried += 1
-        design = rng.randrange(len(space.designs))
+        design = rng.choice(designs)
         params = {"design": design, **{k: rng.randint(d.low, d.high) for k, d in space.knobs(design).items()}}
         try:
             out.schedules.append(space.apply(params))
@@ -117,7 +119,10 @@ def catalog_builds(request) -> tuple[str, dict[str, Sampled]]:
     out = {}
     for op, shape in SMALL_SHAPES.items():
         task = op_task(op, shape, target, settings.version)
-        found = sample(TraceSearchSpace(task.mod, target, settings, seed=0), N_CANDIDATES)
+        space = TraceSearchSpace(task.mod, target, settings, seed=0)
+        # the rules' designs (dlight's, one point, is checked in test_gpu_designs.py)
+        found = sample(space, N_CANDIDATES, designs=[d for d in range(len(space.designs))
+                                                     if d != space.design_index("dlight")])
         found.sources = [cuda_source(tvm.compile(s.mod, target=target)) for s in found.schedules]
         out[op] = found
     return request.param, out
@@ -198,8 +203,9 @@ def test_repair_makes_illegal_settings_of_a_large_kernel_legal_within_the_thread
     task = op_task("matmul", (4096, 4096, 4096), target, settings_for(target).version)
     space = TraceSearchSpace(task.mod, target, settings_for(target), seed=0)
     rng, illegal = random.Random(0), []
+    tiled = [d for d in range(len(space.designs)) if d != space.design_index("dlight")]  # dlight's: one legal point
     for _ in range(24):
-        design = rng.randrange(len(space.designs))
+        design = rng.choice(tiled)
         params = {"design": design, **{k: rng.randint(d.low, d.high) for k, d in space.knobs(design).items()}}
         try:
             space.apply(params)
@@ -286,10 +292,11 @@ def test_repair_counts_a_tensor_core_designs_warps_as_32_threads_each():
     target = make_target("sm_90")
     task = primfunc_task("matmul_fp16", fp16_matmul(1024), target, settings_for(target).version)
     space = TraceSearchSpace(task.mod, target, settings_for(target), seed=0)
-    assert [warp_size(space, d) for d in range(len(space.designs))] == [32] * len(space.designs)
+    tensor_core = [d for d in range(len(space.designs)) if d != space.design_index("dlight")]  # dlight's binds threads
+    assert [warp_size(space, d) for d in tensor_core] == [32] * 2
     rng, repaired = random.Random(0), []
     for i in range(12):
-        design = rng.randrange(len(space.designs))
+        design = rng.choice(tensor_core)
         params = {"design": design, **{k: rng.randint(d.low, d.high) for k, d in space.knobs(design).items()}}
         if (fixed := space.repair(params, seed=i)) is not None:
             repaired.append(fixed[1])
@@ -303,10 +310,12 @@ def test_repair_counts_a_tensor_core_designs_warps_as_32_threads_each():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
 @needs_nvcc
-def test_a_float16_models_matmuls_get_tensor_core_designs_that_build(tmp_path):
-    """--precision fp16 on sm_90: the matmuls (float16 operands, float32 accumulation, bias and ReLU fused) get
-    tensor-core designs, and a legal setting of each builds; a width no 16x16 tile divides gets none."""
+def test_a_low_precision_models_matmuls_get_tensor_core_designs_that_build(precision, tmp_path):
+    """--precision fp16 or bf16 on sm_90: the matmuls (float16 / bfloat16 operands, float32 accumulation, bias and
+    ReLU fused) get tensor-core designs, and a legal setting of each builds; a width no 16x16 tile divides gets
+    none."""
     pytest.importorskip("onnx")
     from onnx_graphs import mlp
 
@@ -315,7 +324,7 @@ def test_a_float16_models_matmuls_get_tensor_core_designs_that_build(tmp_path):
     proto = mlp(batch=32, d_in=64, hidden=64, d_out=8)
     path = tmp_path / "mlp.onnx"
     path.write_bytes(proto.SerializeToString())
-    tasks = autosched.extract_model_tasks(str(path), "sm_90", precision="fp16")
+    tasks = autosched.extract_model_tasks(str(path), "sm_90", precision=precision)
     built = {}
     for task in (t for t in tasks if "matmul" in t.name):
         space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=0)

@@ -1,0 +1,85 @@
+"""``autosched compile -o model.autosched`` and ``autosched run model.autosched``: an artifact from the command line;
+a corrupt or foreign one is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import pytest
+from onnx_graphs import mlp
+from tuned_records import record_one_schedule_per_task
+
+from autosched.cli import main
+from autosched.db import open_database
+from autosched.deploy.artifact import MANIFEST, read_manifest
+from autosched.graph.frontends import load_model
+from autosched.tasks import make_target
+
+pytest.importorskip("onnx")
+
+
+@pytest.fixture(scope="module")
+def compiled_artifact(tmp_path_factory):
+    """``autosched compile`` of a tiny MLP from a database with one schedule per task, once for the module."""
+    import onnx
+
+    tmp = tmp_path_factory.mktemp("cli_artifact")
+    model_path, db = tmp / "mlp.onnx", tmp / "mlp.db"
+    onnx.save(mlp(), str(model_path))
+    with open_database(str(db)) as database:
+        record_one_schedule_per_task(load_model(str(model_path), {"x": (2, 16)}), make_target("llvm", 1), database)
+    artifact = tmp / "mlp.autosched"
+    args = ["compile", str(model_path), "--input", "x:2x16", "--threads", "1", "--db", str(db), "-o", str(artifact)]
+    return {"code": main(args), "path": artifact, "db": db, "model": model_path, "tmp": tmp}
+
+
+def test_compile_writes_one_artifact_and_run_times_it(compiled_artifact, capsys):
+    assert compiled_artifact["code"] == 0 and zipfile.is_zipfile(compiled_artifact["path"])
+    assert read_manifest(compiled_artifact["path"])["provenance"]["counts"] == {"tuned": 2}
+    assert main(["run", str(compiled_artifact["path"]), "--threads", "1", "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "autosched (artifact)" in out and "2x8 float32" in out and "fusion groups: 2 tuned" in out
+    assert f"schedules from {compiled_artifact['db']}" in " ".join(out.split())
+
+
+def test_compile_to_a_folder_and_to_a_bare_library(compiled_artifact, tmp_path, capsys):
+    common = [str(compiled_artifact["model"]), "--input", "x:2x16", "--threads", "1", "--db",
+              str(compiled_artifact["db"])]
+    assert main(["compile", *common, "-o", str(tmp_path / "folder") + "/"]) == 0
+    assert (tmp_path / "folder" / MANIFEST).is_file() and (tmp_path / "folder" / "model.so").is_file()
+    assert main(["run", str(tmp_path / "folder"), "--threads", "1", "--repeat", "1"]) == 0
+    assert main(["compile", *common, "-o", str(tmp_path / "mlp.so")]) == 0  # a .so: the library, as before
+    assert (tmp_path / "mlp.so").is_file() and (tmp_path / "mlp.so.json").is_file()
+    assert not zipfile.is_zipfile(tmp_path / "mlp.so")
+
+
+@pytest.mark.parametrize("content", [b"garbage" * 100, b""], ids=["garbage", "empty"])
+def test_running_a_corrupt_artifact_is_one_line_exit_2(content, tmp_path, capsys):
+    path = tmp_path / "broken.autosched"
+    path.write_bytes(content)
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("autosched: error:") and "not an autosched artifact" in err
+
+
+def test_running_an_artifact_of_another_tvm_release_is_one_line_exit_2(compiled_artifact, tmp_path, capsys):
+    path = tmp_path / "old.autosched"
+    with zipfile.ZipFile(compiled_artifact["path"]) as src, zipfile.ZipFile(path, "w") as dst:
+        for name in src.namelist():
+            data = src.read(name)
+            if name == MANIFEST:
+                manifest = json.loads(data)
+                manifest["versions"]["tvm"] = "0.18.0"
+                data = json.dumps(manifest).encode()
+            dst.writestr(name, data)
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "built with TVM 0.18.0" in err
+
+
+def test_run_of_a_model_still_needs_a_database_and_an_artifact_takes_none(compiled_artifact, capsys):
+    assert main(["run", str(compiled_artifact["model"]), "--input", "x:2x16"]) == 2
+    assert "needs --db DB" in capsys.readouterr().err
+    assert main(["run", str(compiled_artifact["path"]), "--db", str(compiled_artifact["db"])]) == 2
+    assert "--db: not for an artifact" in capsys.readouterr().err
