@@ -69,6 +69,7 @@ def tuned_cnn(db):
     return model, compiled, backend, x, first
 
 
+@pytest.mark.slow
 def test_a_cnn_is_tuned_at_its_first_call_and_matches_eager(tuned_cnn):
     model, compiled, backend, x, first = tuned_cnn
     with torch.no_grad():
@@ -82,6 +83,7 @@ def test_a_cnn_is_tuned_at_its_first_call_and_matches_eager(tuned_cnn):
     assert isinstance(again, torch.Tensor) and again.dtype == torch.float32
 
 
+@pytest.mark.slow
 def test_non_contiguous_inputs_and_other_sizes_give_eager_results(db):
     model = cnn()
     backend = autosched.backend(db=db, time=0, threads=1, verbose=False)
@@ -94,6 +96,7 @@ def test_non_contiguous_inputs_and_other_sizes_give_eager_results(db):
     assert len(backend.stats) >= 2 and all(s.mode == "autosched" for s in backend.stats)
 
 
+@pytest.mark.slow
 def test_weights_changed_in_place_are_picked_up(tuned_cnn):
     model, compiled, backend, x, _ = tuned_cnn
     n_builds = len(backend.stats)
@@ -106,6 +109,7 @@ def test_weights_changed_in_place_are_picked_up(tuned_cnn):
     assert backend.stats[-1].n_tuned == 0 and backend.stats[-1].mode == "autosched"
 
 
+@pytest.mark.slow
 def test_a_graph_that_writes_to_its_input_runs_eagerly(db, caplog):
     class AddInPlace(torch.nn.Module):
         def forward(self, x):
@@ -122,6 +126,7 @@ def test_a_graph_that_writes_to_its_input_runs_eagerly(db, caplog):
     assert stats.mode == "eager" and "in place" in stats.reason
 
 
+@pytest.mark.slow
 def test_a_second_process_with_the_same_database_tunes_nothing(tuned_cnn, db):
     script = textwrap.dedent(f"""
         import json, sys, torch
@@ -169,6 +174,7 @@ def _hf_model(transformers, name: str):
                                               max_position_embeddings=64)).eval()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
 def test_hugging_face_models_from_a_config_match_eager(transformers, db, name):
     model = _hf_model(transformers, name)
@@ -183,6 +189,7 @@ def test_hugging_face_models_from_a_config_match_eager(transformers, db, name):
     assert all(s.n_tuned == 0 and s.n_new_records == 0 for s in backend.stats)  # time=0: looked up only
 
 
+@pytest.mark.slow
 def test_an_unsupported_operator_runs_eagerly_with_one_line(db, caplog, capsys):
     class Spectrum(torch.nn.Module):
         def forward(self, x):
@@ -212,6 +219,7 @@ class LSTMClassifier(torch.nn.Module):
         return self.head(y[:, -1])
 
 
+@pytest.mark.slow
 def test_an_lstm_gives_eager_results(db, caplog):
     torch.manual_seed(0)
     model, x = LSTMClassifier().eval(), torch.randn(2, 5, 8)
