@@ -116,15 +116,26 @@ def backend(db: str | None = None, time: str | float = DEFAULT_TIME, threads: in
     return AutoschedBackend(db, time, threads, target, config, check, verbose)
 
 
-_DEFAULT: AutoschedBackend | None = None
+_BY_OPTIONS: dict[tuple, AutoschedBackend] = {}  # the named backend's instances, one per set of options
+_OPTIONS = ("db", "time", "threads", "target", "check", "verbose")
 
 
-def autosched_backend(gm: Any, example_inputs: Sequence[Any]) -> Callable:
-    """The backend ``torch.compile(model, backend="autosched")`` names: ``backend()``'s defaults."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        _DEFAULT = AutoschedBackend()
-    return _DEFAULT(gm, example_inputs)
+def autosched_backend(gm: Any, example_inputs: Sequence[Any], mode: str | None = None,
+                      options: dict[str, Any] | None = None) -> Callable:
+    """The backend ``torch.compile(model, backend="autosched")`` names: ``backend()``'s defaults, or the
+    ``options={"time": "5m", "threads": 1, "db": ...}`` given to ``torch.compile`` (the same options share one
+    backend; ``mode`` is Inductor's and is refused)."""
+    if mode is not None:
+        raise UserInputError(f"torch.compile(mode={mode!r}) is Inductor's: autosched takes options={{'time': '5m', "
+                             "...}} or backend=autosched.backend(...)")
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise UserInputError(f"unknown autosched option(s) {', '.join(unknown)}: valid are {', '.join(_OPTIONS)}")
+    key = tuple(sorted((k, str(v)) for k, v in options.items()))
+    if key not in _BY_OPTIONS:
+        _BY_OPTIONS[key] = AutoschedBackend(**options)
+    return _BY_OPTIONS[key](gm, example_inputs)
 
 
 def register() -> None:

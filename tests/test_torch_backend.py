@@ -243,6 +243,37 @@ def test_the_backend_is_registered_by_name_and_through_the_entry_point():
     assert getattr(__import__(module, fromlist=[name]), name) is torch_backend.autosched_backend
 
 
+@pytest.mark.slow
+def test_the_named_backend_takes_torch_compile_options(db):
+    torch._dynamo.reset()
+    model, x = cnn(), torch.randn(1, 3, 8, 8)
+    options = {"db": db, "time": 0, "threads": 1, "verbose": False}
+    compiled = torch.compile(model, backend="autosched", options=options)
+    with torch.no_grad():
+        assert close(compiled(x), model(x))
+    backend = torch_backend._BY_OPTIONS[tuple(sorted((k, str(v)) for k, v in options.items()))]
+    assert backend.db == db and backend.time_s == 0 and [s.mode for s in backend.stats] == ["autosched"]
+    with pytest.raises(autosched.UserInputError, match="unknown autosched option"):
+        torch_backend.autosched_backend(None, [], options={"trials": 3})
+
+
+def test_the_entry_point_loads_the_backend_in_a_fresh_process(tmp_path):
+    """As installed: dynamo finds the name in the entry points and loads it (importing the module, which must not
+    register the name a second time)."""
+    info = tmp_path / "autosched_entry_point_check-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: autosched-entry-point-check\nVersion: 0\n")
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["torch_dynamo_backends"]
+    (info / "entry_points.txt").write_text(f"[torch_dynamo_backends]\nautosched = {target['autosched']}\n")
+    script = ("import torch, torch._dynamo, sys; from torch._dynamo.backends.registry import lookup_backend; "
+              "fn = lookup_backend('autosched'); assert 'autosched.torch_backend' in sys.modules; "
+              "print(fn is sys.modules['autosched.torch_backend'].autosched_backend)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "True"
+
+
 def test_options_are_checked_and_the_default_database_is_per_user(monkeypatch, tmp_path):
     with pytest.raises(autosched.UserInputError, match="time"):
         autosched.backend(time="soon")
