@@ -3,19 +3,21 @@
 tensors in and out.
 
 - ``backend(db=..., time="2m", threads=..., target=...)`` makes a backend with options; the name ``"autosched"``
-  is the default one (the ``torch_dynamo_backends`` entry point of an installed autosched; importing this module
-  registers it too, for a source checkout).
+  is the default one, or the one for ``torch.compile``'s ``options={"time": "5m", ...}`` (the
+  ``torch_dynamo_backends`` entry point of an installed autosched; importing this module registers it too, for a
+  source checkout).
 - Each captured graph (dynamo cuts a model at its graph breaks, and calls the backend once per piece) is built at
   its first call, for the sizes of that call: parameters and buffers (which dynamo passes as inputs) become
   constants, so the graph rewrites fold them and the schedules may change their layout; a parameter replaced or
   changed in place is noticed at the next call and the graph rebuilt (from the database, without tuning).
 - Tuning: ``time`` per captured graph, spent only on tasks without records in the database (a second run of the
   same script tunes nothing); ``time=0`` only looks records up.
-- A graph that cannot be imported (an operator TVM's PyTorch importer lacks), built, or whose outputs differ from
-  eager PyTorch's at the first call runs eagerly, with one line saying why; never an exception at the user's call.
+- A graph that cannot be imported (an operator TVM's PyTorch importer lacks, or imports wrongly: the RNNs), that
+  writes to its inputs, that fails to build, or whose outputs differ from eager PyTorch's at the first call runs
+  eagerly, with one line saying why; never an exception at the user's call.
 - Inference only: outputs carry no autograd history (a call that would need gradients says so once).
 
-``stats`` of a backend lists each graph built: tasks, tasks tuned, new records, first-call seconds, or why eager.
+``stats`` of a backend lists each graph built: tasks, tasks tuned, new records, schedules, seconds, or why eager.
 """
 
 from __future__ import annotations
