@@ -84,6 +84,8 @@ class AutoschedBackend:
             raise UserInputError(f"time must be 0 (no tuning) or a positive duration, got {time!r}")
         if threads is not None and threads < 0:
             raise UserInputError(f"threads must be at least 1 (or 0 for all cores), got {threads}")
+        if not isinstance(target, str) or target.split()[:1] != ["llvm"]:
+            raise UserInputError(f"the torch.compile backend builds for this CPU: give an llvm target, got {target!r}")
         base = config or TuneConfig()
         self.lookup_config = base.replace(n_threads=threads, time_budget_s=0.0)  # a build from the records only
         self.config = self.lookup_config.replace(time_budget_s=self.time_s, n_trials=0 if self.time_s else None)

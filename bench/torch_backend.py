@@ -5,8 +5,8 @@ weights), at 1 and 2 threads.
 Per model and thread count, one worker process (fresh: nothing compiled or cached before) times the first call of
 each compiler (Inductor's compile, its autotuning; autosched's import, tuning within ``--time``, compile), then
 each contender's latency, interleaved (``autosched.timing.time_interleaved``), and checks every output against
-eager's. A second worker process then compiles the model again with the same database and budget: it should tune
-nothing, and its first call is the cost of a rerun of the same script.
+eager's. A second worker process then compiles the model again with the same database and budget (and Inductor's
+caches of the first): autosched should tune nothing, and each first call is the cost of a rerun of the same script.
 
     python bench/torch_backend.py                   # the four models, 1 and 2 threads, 5 minutes each
     python bench/torch_backend.py --time 2m --threads 1 --models bert
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -125,12 +126,15 @@ def worker(args: argparse.Namespace) -> dict:
 
 
 def run_worker(model: str, threads: int, peers: list[str], db: str, budget: str, reuse: bool,
-               args: argparse.Namespace) -> dict:
+               args: argparse.Namespace, inductor_cache: Path) -> dict:
+    """One worker process; ``inductor_cache``: Inductor's on-disk caches (fresh for the first process, kept for the
+    rerun, as autosched's database is)."""
     command = [sys.executable, __file__, "--worker", "--model", model, "--threads", str(threads), "--db", db,
                "--time", budget, "--peers", *peers, "--repeat", str(args.repeat), "--min-round-s",
                str(args.min_round_s)] + (["--reuse"] if reuse else [])
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache)}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, env=env)
     if done.returncode != 0:
         return {"model": model, "threads": threads, "reuse": reuse, "error": done.stderr.strip()[-1500:]}
     row = json.loads(done.stdout.strip().splitlines()[-1])
@@ -158,6 +162,21 @@ def table(rows: list[dict]) -> str:
                 mark = "" if entry["ok"] else " WRONG"
                 cells.append(f"{entry['latency_s'] * 1e3:>10.2f} / {entry['first_call_s']:>7.1f}{mark:>4}")
         lines.append(head + "".join(cells))
+    return "\n".join(lines)
+
+
+def autosched_notes(rows: list[dict]) -> str:
+    """A line per row: what the autosched backend did (graphs, tasks tuned, records added, schedules used)."""
+    lines = []
+    for row in rows:
+        graphs = row.get("peers", {}).get("autosched", {}).get("graphs")
+        if not graphs:
+            continue
+        said = "; ".join(f"graph {g['graph']}: eager ({g['reason']})" if g["mode"] == "eager" else
+                         f"graph {g['graph']}: {g['n_tasks']} tasks, {g['n_tuned']} tuned, {g['n_new_records']} new "
+                         f"records, " + ", ".join(f"{n} {k}" for k, n in sorted(g["sources"].items()))
+                         for g in graphs)
+        lines.append(f"{row['model']} {row['threads']} thr {'rerun' if row['reuse'] else 'first'}: {said}")
     return "\n".join(lines)
 
 
@@ -197,14 +216,14 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for model in models:
             for n in threads:
-                db = str(folder / f"{model}_t{n}.db")
-                if args.db_dir is None and os.path.exists(db):
-                    os.remove(db)
-                rows.append(run_worker(model, n, args.peers, db, budget, False, args))
-                rows.append(run_worker(model, n, ["eager", "autosched"], db, budget, True, args))
+                db, cache = str(folder / f"{model}_t{n}.db"), folder / f"inductor_{model}_t{n}"
+                shutil.rmtree(cache, ignore_errors=True)  # Inductor compiles from scratch in the first process
+                rows.append(run_worker(model, n, args.peers, db, budget, False, args, cache))
+                rows.append(run_worker(model, n, args.peers, db, budget, True, args, cache))
                 print(table(rows[-2:]).split("\n", 2)[-1], flush=True)
     print(f"\nautosched after --time {budget} per graph; rerun: a second process, same database\n")
     print(table(rows))
+    print("\n" + autosched_notes(rows))
     payload = {"machine": machine_info(), "commit": git_commit(), "args": vars(args), "time": budget, "rows": rows}
     if args.json:
         path = Path(args.json)

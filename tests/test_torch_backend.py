@@ -279,6 +279,8 @@ def test_options_are_checked_and_the_default_database_is_per_user(monkeypatch, t
         autosched.backend(time="soon")
     with pytest.raises(autosched.UserInputError, match="threads"):
         autosched.backend(threads=-1)
+    with pytest.raises(autosched.UserInputError, match="llvm"):
+        autosched.backend(target="cuda")
     assert autosched.backend(time="90s").time_s == 90 and autosched.backend(time=0).time_s == 0
     monkeypatch.delenv("AUTOSCHED_DB", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -25,7 +25,7 @@ def test_the_small_dry_run_times_every_peer_and_the_rerun_tunes_nothing(tmp_path
     rows = json.loads(out.read_text())["rows"]
     assert [(r["model"], r["reuse"]) for r in rows] == [("tiny_cnn", False), ("tiny_cnn", True)]
     first, rerun = rows
-    assert set(first["peers"]) == {"eager", "inductor", "autosched"}
+    assert set(first["peers"]) == set(rerun["peers"]) == {"eager", "inductor", "autosched"}
     for row in rows:
         for name, peer in row["peers"].items():
             assert "error" in peer or (peer["ok"] and peer["latency_s"] > 0 and peer["first_call_s"] > 0), name
