@@ -19,13 +19,14 @@ from autosched.errors import AutoschedError, InvalidConfig, UserInputError  # no
 from autosched.programs import compile_program, tune  # noqa: E402  (any tensor program; shadows the tune module)
 from autosched.records import Candidate, MeasureResult, Status, TuningRecord  # noqa: E402
 from autosched.tasks import Task, make_target, op_task, primfunc_task  # noqa: E402
+from autosched.torch_backend import backend  # noqa: E402  (torch.compile(model, backend=autosched.backend()))
 from autosched.tune import TuneProgress, TuneResult, tune_task  # noqa: E402
 from autosched.version import __version__
 
 __all__ = [
     "AutoschedError", "Candidate", "Database", "InvalidConfig", "MeasureResult", "MemoryDatabase", "SQLDatabase",
     "Status", "Task", "TuneConfig", "TuneProgress", "TuneResult", "TuningRecord", "UserInputError", "__version__",
-    "best_module", "compile", "compile_program", "extract_model_tasks", "load_compiled", "load_kernel", "load_model",
-    "make_target", "op_task", "open_database", "primfunc_task", "tune", "tune_model", "tune_operator", "tune_task",
-    "load",
+    "backend", "best_module", "compile", "compile_program", "extract_model_tasks", "load", "load_compiled",
+    "load_kernel", "load_model", "make_target", "op_task", "open_database", "primfunc_task", "tune", "tune_model",
+    "tune_operator", "tune_task",
 ]

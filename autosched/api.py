@@ -257,6 +257,7 @@ class ModelPlan:
     deadline: Deadline
     buckets: list[dict[str, int]] = field(default_factory=list)  # the shape buckets' sizes, if any
     n_bucket_tasks: int = 0  # tasks of all buckets before the identical ones were merged
+    fused: Any = None  # the model's fused module (one shape, no buckets): ``compile(..., fused=)`` reuses it
 
 
 def plan_model(model: Any, target: str | Target = "llvm", config: TuneConfig | None = None,
@@ -287,7 +288,7 @@ def plan_model(model: Any, target: str | Target = "llvm", config: TuneConfig | N
     loaded_model, fused = prepare_model(model, target, precision, inputs, on_step, on_note)
     with on_step(f"{loaded_model.name}: task extraction"):
         tasks = extract_tasks(fused, target, version)
-    return ModelPlan(loaded_model, target, tasks, len(fusion_groups(fused)), config, deadline)
+    return ModelPlan(loaded_model, target, tasks, len(fusion_groups(fused)), config, deadline, fused=fused)
 
 
 def rewritten_buckets(source: Any, target: Target, shape_buckets: dict[str, Any], precision: str = "fp32",

@@ -36,7 +36,7 @@ LAYERS: list[set[str]] = [
     {"corpus"},
     {"report", "report_html", "doctor"},
     {"api"},
-    {"programs"},
+    {"programs", "torch_backend"},
     {"family_example"},
     {"cli"},
     {""},  # the package itself (autosched/__init__.py: the public API)

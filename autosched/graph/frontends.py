@@ -253,12 +253,37 @@ def _from_torch(module: Any, example_inputs: tuple, name: str) -> Model:
     except Exception as err:
         raise UserInputError(f"torch.export cannot trace {name!r}: {_first_line(err)}; make the module "
                              "exportable (see torch.export's docs) or export it to ONNX") from err
+    _drop_legacy_empty_cat_inputs(program)
     try:
         mod = from_exported_program(program, keep_params_as_input=False)
     except Exception as err:
         raise GraphError(f"TVM's PyTorch importer failed on {name!r}: {_first_line(err)}") from err
     specs = [InputSpec(f"input{i}", tuple(t.shape), str(t.numpy().dtype)) for i, t in enumerate(example_inputs)]
-    return Model(name, mod, specs, "torch", info={"torch_module": module})
+    signature = program.graph_signature  # inputs and buffers the module writes to (the importer drops the writes)
+    mutated = sorted({*signature.buffers_to_mutate.values(), *signature.user_inputs_to_mutate.values()})
+    return Model(name, mod, specs, "torch", info={"torch_module": module, "mutated_inputs": mutated})
+
+
+def _drop_legacy_empty_cat_inputs(program: Any) -> None:
+    """``torch.cat`` skips 1-D empty tensors whatever the others' rank (a legacy rule that Hugging Face's
+    key-value cache relies on: its first step concatenates ``torch.tensor([])`` with the keys); TVM's importer
+    refuses them ("Concat expects all input tensors to have same ndim"). Drop them from the program's cats."""
+    import torch
+
+    changed = False
+    for node in list(program.graph_module.graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
+            continue
+        parts = list(node.args[0])
+        vals = [getattr(p, "meta", {}).get("val") for p in parts]
+        kept = [p for p, v in zip(parts, vals, strict=True) if not (v is not None and v.dim() == 1 and v.numel() == 0)]
+        if len(kept) == len(parts) or not kept or all(v is not None and v.dim() == 1 for v in vals):
+            continue
+        node.args = (kept, *node.args[1:])
+        changed = True
+    if changed:
+        program.graph_module.graph.eliminate_dead_code()
+        program.graph_module.recompile()
 
 
 # --- Relax -----------------------------------------------------------------------------------------------
