@@ -40,7 +40,7 @@ def test_torch_is_pinned_exactly_and_optional():
 
 def test_pip_wheel_builds_one_wheel_with_the_data_and_the_command(tmp_path):
     """What CI's .ci/wheel_check installs and runs outside the source tree: the data folders are inside the package
-    and the ``autosched`` command is declared."""
+    and the ``autosched`` command and the torch.compile backend are declared."""
     import subprocess
     import sys
     import zipfile
@@ -55,4 +55,5 @@ def test_pip_wheel_builds_one_wheel_with_the_data_and_the_command(tmp_path):
         assert {f"autosched/_data/{p}" for p in shipped} <= set(names), folder
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "autosched = autosched.cli:main" in entry_points
+    assert "[torch_dynamo_backends]" in entry_points  # torch.compile(model, backend="autosched") once installed
     assert "wheel_check" in (ROOT / ".ci" / "run").read_text()
