@@ -3,7 +3,6 @@ a corrupt or foreign one is one line and exit 2."""
 
 from __future__ import annotations
 
-import json
 import zipfile
 
 import pytest
@@ -15,6 +14,7 @@ from autosched.db import open_database
 from autosched.deploy.artifact import MANIFEST, read_manifest
 from autosched.graph.frontends import load_model
 from autosched.tasks import make_target
+from tests.deploy.test_artifact import doctored
 
 pytest.importorskip("onnx")
 
@@ -64,15 +64,7 @@ def test_running_a_corrupt_artifact_is_one_line_exit_2(content, tmp_path, capsys
 
 
 def test_running_an_artifact_of_another_tvm_release_is_one_line_exit_2(compiled_artifact, tmp_path, capsys):
-    path = tmp_path / "old.autosched"
-    with zipfile.ZipFile(compiled_artifact["path"]) as src, zipfile.ZipFile(path, "w") as dst:
-        for name in src.namelist():
-            data = src.read(name)
-            if name == MANIFEST:
-                manifest = json.loads(data)
-                manifest["versions"]["tvm"] = "0.18.0"
-                data = json.dumps(manifest).encode()
-            dst.writestr(name, data)
+    path = doctored(compiled_artifact["path"], tmp_path, lambda manifest: manifest["versions"].update(tvm="0.18.0"))
     assert main(["run", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "built with TVM 0.18.0" in err

@@ -94,10 +94,10 @@ def test_the_database_password_is_not_in_the_provenance(built):
     assert "s3cret" not in json.dumps(manifest) and "tuner:***@db.example" in manifest["provenance"]["database"]
 
 
-def _doctored(built, tmp_path, change) -> str:
-    """A copy of the zip artifact with ``change(manifest)`` applied to its manifest."""
+def doctored(artifact, tmp_path, change) -> str:
+    """A copy of the zip artifact at ``artifact`` with ``change(manifest)`` applied to its manifest."""
     path = tmp_path / "doctored.autosched"
-    with zipfile.ZipFile(built["zip"]) as src, zipfile.ZipFile(path, "w") as dst:
+    with zipfile.ZipFile(artifact) as src, zipfile.ZipFile(path, "w") as dst:
         for name in src.namelist():
             data = src.read(name)
             if name == MANIFEST:
@@ -127,7 +127,7 @@ def test_a_host_without_a_feature_the_target_uses_is_refused(built, tmp_path):
         target["mattr"] = [a for a in target.get("mattr", []) if a.lstrip("+-") != lacking] + [f"+{lacking}"]
         manifest["target"]["json"] = json.dumps(target, sort_keys=True)
 
-    path = _doctored(built, tmp_path, ask_for_it)
+    path = doctored(built["zip"], tmp_path, ask_for_it)
     with pytest.raises(UserInputError) as err:
         autosched.load(path)
     text = _one_line(err)
@@ -138,7 +138,7 @@ def test_another_tvm_release_is_refused(built, tmp_path):
     def older(manifest):
         manifest["versions"]["tvm"] = "0.19.0"
 
-    path = _doctored(built, tmp_path, older)
+    path = doctored(built["zip"], tmp_path, older)
     with pytest.raises(UserInputError) as err:
         load_artifact(path)
     text = _one_line(err)
@@ -150,7 +150,7 @@ def test_a_patch_release_of_the_same_tvm_loads(built, tmp_path):
         manifest["versions"]["tvm"] = ".".join(TVM_VERSION.split(".")[:2]) + ".99"
 
     x = built["model"].random_inputs(2)
-    assert load_artifact(_doctored(built, tmp_path, patched))(*x)[0].shape == (2, 8)
+    assert load_artifact(doctored(built["zip"], tmp_path, patched))(*x)[0].shape == (2, 8)
 
 
 @pytest.mark.parametrize("kind,message", [
@@ -181,7 +181,7 @@ def test_an_artifact_of_another_schema_version_is_refused(built, tmp_path):
         manifest["schema_version"] = 99
 
     with pytest.raises(IncompatibleArtefactError, match="schema version 99"):
-        load_artifact(_doctored(built, tmp_path, newer))
+        load_artifact(doctored(built["zip"], tmp_path, newer))
 
 
 def test_a_damaged_library_is_one_line(built, tmp_path):
