@@ -75,11 +75,34 @@ def repair_gpu_setting(space: Any, params: dict[str, Any], seed: int = 0, max_st
                 applies += 1
                 if applies >= max_applies:
                     return None
+            if applies == 1 and narrow_vector_loads(space, design, out):
+                continue  # 16-element loads of a 16-bit type: 32 bytes, over VerifyGPUCode's 16
             # shared memory or registers: the largest tile levels, more of them after each rejection
             moved = all([shrink(list(tiles)) for _ in range(applies)])
         if not moved:
             return None
     return None
+
+VECTOR_LOAD_CHOICES = frozenset({1, 2, 3, 4, 8, 16})  # MetaSchedule's vector_load_lens: cooperative fetches
+MAX_VECTOR_LOAD = 8  # elements: 16 bytes of a 16-bit type, VerifyGPUCode's max_vector_bytes
+
+
+def is_vector_load(knob: Any) -> bool:
+    """A categorical knob choosing how many elements each thread of a cooperative fetch loads at once."""
+    return bool(knob.choices) and set(knob.choices) <= VECTOR_LOAD_CHOICES
+
+
+def narrow_vector_loads(space: Any, design: int, params: dict[str, Any]) -> bool:
+    """Cooperative fetches of more than ``MAX_VECTOR_LOAD`` elements in ``params`` narrowed to it; whether any was.
+    TVM offers bfloat16 fetches of 16 elements (it drops them for float16): a third of uniform bfloat16 matmul
+    settings were rejected for it, whatever their tiles."""
+    changed = False
+    for knob in space.categorical_knobs(design):
+        if is_vector_load(knob) and knob.choices[int(params[knob.name])] > MAX_VECTOR_LOAD:
+            params[knob.name] = knob.choices.index(max(c for c in knob.choices if c <= MAX_VECTOR_LOAD))
+            changed = True
+    return changed
+
 
 def warp_size(space: Any, design: int) -> int:
     """Threads per unit of the design's bound thread tiles: the target's warp size where the design runs a warp per

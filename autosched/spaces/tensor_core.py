@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from autosched._tvm import Target, load_tensor_intrins, ms
+from autosched.spaces.gpu_repair import is_vector_load
 from autosched.spaces.tiling import divisors
 
 MIN_TENSOR_CORE_ARCH = 75  # the arch from which TVM picks its tensor-core rules (GetRuleKindFromTarget)
@@ -87,7 +88,7 @@ def tensor_core_seeds(space: Any, n: int = len(TENSOR_CORE_BLOCKS)) -> list[dict
             params = _block_params(space, design, block)
             for widest in VECTOR_LOADS if params is not None else ():  # the widest cooperative loads that pass
                 for knob in space.categorical_knobs(design):
-                    if set(knob.choices) <= {1, 2, 3, 4, 8, 16}:
+                    if is_vector_load(knob):
                         params[knob.name] = knob.choices.index(max(c for c in knob.choices if c <= widest))
                 if params not in out and _legal(space, params):
                     out.append(params)
