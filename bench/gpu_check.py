@@ -12,8 +12,8 @@ device, followed by a device synchronisation), rounds interleaved, median of the
 * matmul 4096^3 in float16 and in bfloat16, accumulated in float32 and rounded to the input type (as cuBLAS),
 * a ResNet-50 3x3 convolution with bias and ReLU (catalog conv2d, NCHW; PyTorch: cuDNN), and the same
   convolution in float16 channels-last (NHWC input, OHWI weights; PyTorch: cuDNN on channels-last views),
-* the models (``--models``; default ResNet-18 and BERT: whole model, tuned fusion groups, the rest on dlight's
-  schedules), beside PyTorch eager and ``torch.compile`` (Inductor).
+* the models (``--models``; default ResNet-50 and BERT-base from the corpus: whole model, tuned fusion groups,
+  the rest on dlight's schedules), beside PyTorch eager and ``torch.compile`` (Inductor).
 
 Every tuned result is checked against PyTorch's output before it is timed. Prints a table and writes
 ``bench/results/gpu_check.json`` (``--out`` to change the name). The issue's bar: fp32 matmul >= 50% of PyTorch's
@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import time_interleaved, write_json  # noqa: E402
 
-FULL = {"matmul": (4096, 4096, 4096), "conv2d": (1, 256, 14, 14, 256, 3, 3), "models": ("resnet18", "bert")}
+FULL = {"matmul": (4096, 4096, 4096), "conv2d": (1, 256, 14, 14, 256, 3, 3),
+        "models": ("corpus:resnet50", "corpus:bert")}  # the issue's pair: ResNet-50 and BERT-base (seq 128)
 SMALL = {"matmul": (256, 256, 256), "conv2d": (1, 32, 14, 14, 32, 3, 3), "models": ("tiny_cnn",)}
 SHARES = {"matmul_fp32": 0.12, "matmul_fp16": 0.08, "matmul_fp16_f32acc": 0.1, "matmul_bf16": 0.1, "conv2d": 0.1,
           "conv2d_fp16": 0.1, "model": 0.4}  # of --budget-s (default)
@@ -318,6 +319,17 @@ def kernel_rows(target, shapes: dict, budget_s: float, dev: Devices, work: Path,
 
 
 # --- one model ------------------------------------------------------------------------------------------------
+def corpus_or_zoo(name: str):
+    """(module, example inputs) of ``corpus:NAME[@small]`` (the model corpus: ResNet-50, BERT-base, GPT-2, ...; one
+    input) or of a built-in model."""
+    from autosched.corpus import catalog, zoo
+
+    if name.startswith("corpus:"):
+        corpus_name, _, size = name.removeprefix("corpus:").partition("@")
+        return catalog.build_module(corpus_name, size or "full")
+    return zoo.build(name)
+
+
 def model_row(name: str, target, seconds: float, dev: Devices, work: Path, repeat: int,
               torch_compile: bool = True) -> Row:
     """Tune the built-in model ``name`` for ``seconds``, compile it, check it against PyTorch (eager and, with
@@ -326,12 +338,11 @@ def model_row(name: str, target, seconds: float, dev: Devices, work: Path, repea
 
     from autosched import api
     from autosched.config import TuneConfig
-    from autosched.corpus import zoo
     from autosched.db import open_database
     from autosched.deploy.profiling import profile
 
-    module, example = zoo.build(name)
-    model = api.load_model(module, example_inputs=example, name=name)
+    module, example = corpus_or_zoo(name)
+    model = api.load_model(module, example_inputs=example, name=name.replace(":", "_").replace("@", "_"))
     start = time.perf_counter()
     result = api.tune_model(model, target, db=str(work / f"{name}.db"),
                             config=TuneConfig(seed=0, n_trials=0, time_budget_s=seconds))
@@ -344,25 +355,25 @@ def model_row(name: str, target, seconds: float, dev: Devices, work: Path, repea
               result.untuned_s * 1e3, None, None, None,
               notes=[f"tasks {result.n_tasks}, fusion groups {dict(compiled.counts())}",
                      f"estimated from the tasks' best: {result.estimated_s * 1e3:.3f} ms", *outcomes])
-    x = example[0].numpy()
+    xs = [e.numpy() for e in example]
     module = module.to(dev.torch)
-    t_x = example[0].to(dev.torch)
+    t_xs = [e.to(dev.torch) for e in example]
     with torch.no_grad():
-        want = module(t_x).cpu().numpy()
-        row.max_rel_err = max_rel_err(compiled(x)[0], want)
-        args = dev.tensors([x], [])
+        want = first_output(module(*t_xs)).cpu().numpy()
+        row.max_rel_err = max_rel_err(compiled(*xs)[0], want)
+        args = dev.tensors(xs, [])
         calls = {"autosched": timed_call(compiled.function, args, dev.sync_tvm)}
         if graphed is not None:
-            row.max_rel_err = max(row.max_rel_err, max_rel_err(graphed(x)[0], want))
+            row.max_rel_err = max(row.max_rel_err, max_rel_err(graphed(*xs)[0], want))
             calls["cuda_graph"] = timed_call(graphed.function, args, dev.sync_tvm)
 
         def theirs():
-            module(t_x)
+            module(*t_xs)
             dev.sync_torch()
 
         calls["torch"] = theirs
         if torch_compile:  # Inductor at its defaults; its first call (the compile) is not timed
-            calls.update(inductor_call(module, t_x, want, row, dev))
+            calls.update(inductor_call(module, t_xs, want, row, dev))
         times = time_pair(calls, repeat)
     row.autosched_ms, row.torch_ms, row.graph_ms = times["autosched"], times["torch"], times.get("cuda_graph")
     row.torch_compile_ms = times.get("torch_compile")
@@ -372,11 +383,19 @@ def model_row(name: str, target, seconds: float, dev: Devices, work: Path, repea
     if row.graph_ms is not None:
         row.notes.append(f"with CUDA graphs: {row.graph_ms:.3f} ms ({row.torch_ms / row.graph_ms:.2f} vs torch)")
     row.notes += ["per call (VM instrument hook, device synchronised around each call):",
-                  *profile(compiled, [x]).table(top=14).splitlines()]
+                  *profile(compiled, xs).table(top=14).splitlines()]
     return row
 
 
-def inductor_call(module, t_x, want, row: Row, dev: Devices) -> dict:
+def first_output(out):
+    """A module's first output tensor (a Hugging Face model returns an output object: its last hidden state), the
+    one the compiled model's first output is."""
+    if hasattr(out, "to_tuple"):
+        out = out.to_tuple()
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def inductor_call(module, t_xs, want, row: Row, dev: Devices) -> dict:
     """``{"torch_compile": call}`` for the module through ``torch.compile`` (checked against eager's ``want``), or
     nothing with a note where Inductor cannot compile it here (no Triton, no C++ compiler)."""
     import torch
@@ -384,7 +403,7 @@ def inductor_call(module, t_x, want, row: Row, dev: Devices) -> dict:
     compiled_module = torch.compile(module)
     start = time.perf_counter()
     try:
-        got = compiled_module(t_x).cpu().numpy()
+        got = first_output(compiled_module(*t_xs)).cpu().numpy()
     except Exception as err:  # noqa: BLE001 - the row goes on without this contender
         row.notes.append(f"torch.compile failed: {type(err).__name__}: {str(err).strip().splitlines()[0][:160]}")
         return {}
@@ -392,7 +411,7 @@ def inductor_call(module, t_x, want, row: Row, dev: Devices) -> dict:
     row.notes.append(f"torch.compile's first call (its compile): {time.perf_counter() - start:.1f} s")
 
     def inductor():
-        compiled_module(t_x)
+        compiled_module(*t_xs)
         dev.sync_torch()
 
     return {"torch_compile": inductor}
@@ -448,8 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=7, help="timing rounds per contender")
     p.add_argument("--out", default="gpu_check", help="JSON name under bench/results/")
     p.add_argument("--no-torch-compile", action="store_true", help="leave torch.compile out of the models' rows")
-    p.add_argument("--models", default="", help="built-in models (zoo:NAME), comma-separated; default: resnet18,bert "
-                                                "(--small: tiny_cnn); they split the model share of the budget")
+    p.add_argument("--models", default="", help="built-in models (NAME) or corpus models (corpus:NAME[@small]), "
+                                                "comma-separated; default: corpus:resnet50,corpus:bert (--small: "
+                                                "tiny_cnn); they split the model share of the budget")
     args = p.parse_args(argv)
 
     from autosched._tvm import tvm
