@@ -56,11 +56,6 @@ class Row:
     errors: list[str] = field(default_factory=list)
 
 
-def is_tensor_core(trace) -> bool:
-    """A design of MultiLevelTilingTensorCore: its blocks are annotated for auto-tensorization."""
-    return any(inst.kind.name == "Annotate" and "auto_tensorize" in str(inst.attrs) for inst in trace.insts)
-
-
 def builds(mod, target) -> tuple[bool, str]:
     from autosched._tvm import tvm
 
@@ -75,11 +70,12 @@ def measure(op: str, task, arch: str, samples: int, build: bool) -> Row:
     from autosched.errors import InvalidConfig
     from autosched.search.pool import uniform_params
     from autosched.spaces.settings import settings_for
+    from autosched.spaces.tensor_core import is_tensor_core_design
     from autosched.spaces.trace_space import TraceSearchSpace
 
     target = task.target
     space = TraceSearchSpace(task.mod, target, settings_for(target), seed=0)
-    row = Row(op, arch, len(space.designs), sum(is_tensor_core(t) for t in space.designs), samples)
+    row = Row(op, arch, len(space.designs), sum(is_tensor_core_design(t) for t in space.designs), samples)
     rng, drawn_ok, repaired_ok = np.random.default_rng(0), 0, 0
     start = time.perf_counter()
     legal: dict[int, dict] = {}  # design -> a legal setting of it
@@ -105,7 +101,7 @@ def measure(op: str, task, arch: str, samples: int, build: bool) -> Row:
             row.default_builds, why = builds(found[1].mod, target)
             row.errors += [f"default: {why}"] if why else []
         for design, trace in enumerate(space.designs):
-            if not is_tensor_core(trace):
+            if not is_tensor_core_design(trace):
                 continue
             if design not in legal:
                 row.tensor_core_builds.append(False)

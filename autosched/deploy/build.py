@@ -373,18 +373,12 @@ def output_specs(model: Model) -> list[OutputSpec]:
     its entry function's return type; [] where a shape is not static (a symbolic dimension)."""
     ret = model.mod[model.entry].ret_ty
     parts = list(ret.fields) if hasattr(ret, "fields") else [ret]
-    names = _onnx_output_names(model.onnx_bytes) if model.onnx_bytes else []
+    names = model.info.get("output_names", [])  # an ONNX model's, read at import
     try:
         return [OutputSpec(names[i] if i < len(names) else f"output{i}", tuple(int(d) for d in t.shape.values),
                            str(t.dtype)) for i, t in enumerate(parts)]
     except (AttributeError, TypeError):  # a symbolic dimension, or not a tensor
         return []
-
-
-def _onnx_output_names(onnx_bytes: bytes) -> list[str]:
-    import onnx
-
-    return [o.name for o in onnx.load_model_from_string(onnx_bytes).graph.output]
 
 
 def group_keys(fused: IRModule, target: Target) -> dict[str, str]:

@@ -179,8 +179,8 @@ def _from_onnx(proto: Any, input_shapes: dict[str, tuple[int, ...]], name: str, 
     except Exception as err:
         raise GraphError(f"TVM's ONNX importer failed on {name!r}: {_first_line(err)}") from err
     return Model(name, mod, specs, "onnx", proto.SerializeToString(),
-                 info={"opset": _opset(proto), "fallbacks": fallbacks,
-                       "onnx_nodes": (len(proto.graph.node), len(folded.graph.node))})
+                 info={"opset": _opset(proto), "fallbacks": fallbacks, "onnx_nodes": (len(proto.graph.node),
+                       len(folded.graph.node)), "output_names": [o.name for o in proto.graph.output]})
 
 
 ONNX_FOLD = "fold ONNX constants and shapes (ONNX Runtime, basic level)"

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from optuna.distributions import BaseDistribution
 
 from autosched._tvm import IRModule, Trace
+from autosched.spaces.tiling import divisors
 
 
 @dataclass
@@ -26,6 +27,16 @@ class Knob:
 def tile_level(knob_name: str) -> int:
     """The tile level of a tile knob (``d0.1.tile2`` -> 2)."""
     return int(knob_name.rsplit("tile", 1)[1])
+
+
+def with_tiles(params: dict[str, Any], tiles: dict[Any, list[Knob]], factors: dict[Any, list[int]]
+               ) -> dict[str, Any]:
+    """``params`` with every tile knob of ``tiles`` (sampling instruction -> its knobs) set to its level's factor in
+    ``factors`` (sampling instruction -> the factors of levels 1..n-1; level 0 takes the rest)."""
+    for inst, knobs in tiles.items():
+        for knob in knobs:
+            params[knob.name] = divisors(knob.extent).index(factors[inst][tile_level(knob.name) - 1])
+    return params
 
 
 class TiledSpace(Protocol):

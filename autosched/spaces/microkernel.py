@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from autosched._tvm import arg_specs
-from autosched.spaces.knobs import TiledSpace
+from autosched.spaces.knobs import TiledSpace, with_tiles
 from autosched.spaces.tiling import divisors
 
 REGISTER_TILES = ((12, 2), (6, 4), (8, 2), (14, 2))  # (rows, vectors of columns): 24, 24, 16, 28 accumulators
@@ -88,11 +88,7 @@ def microkernel_params(space: TiledSpace, vector_bits: int, n: int = len(REGISTE
             width, row_tile = vector_width(n_cols, c * lanes, lanes), _below(n_rows, r)
             factors = {**base, vector: [_below(n_cols // width, PANEL_COLUMNS // width), 1, width],
                        row: [n_rows // row_tile, row_tile, 1]}  # rows at level 1: column panels outermost
-            params = space.default_params(design)
-            for inst, knobs in tiles.items():
-                for knob in knobs:
-                    level = int(knob.name.rsplit("tile", 1)[1])
-                    params[knob.name] = divisors(knob.extent).index(factors[inst][level - 1])
+            params = with_tiles(space.default_params(design), tiles, factors)
             for knob in space.categorical_knobs(design):
                 if unroll in knob.choices:
                     params[knob.name] = knob.choices.index(unroll)

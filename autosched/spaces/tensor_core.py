@@ -18,7 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from autosched._tvm import Target, load_tensor_intrins, ms
+from autosched.errors import InvalidConfig
 from autosched.spaces.gpu_repair import is_vector_load
+from autosched.spaces.knobs import with_tiles
 from autosched.spaces.tiling import divisors
 
 MIN_TENSOR_CORE_ARCH = 75  # the arch from which TVM picks its tensor-core rules (GetRuleKindFromTarget)
@@ -118,20 +120,12 @@ def _block_params(space: Any, design: int, block: tuple[int, int, int]) -> dict[
     for inst in reduction:  # the innermost reduction steps k_step fragments per shared-memory stage
         extent = tiles[inst][0].extent
         factors[inst] = [1, k_step if inst is reduction[-1] and extent % k_step == 0 else 1]
-    params = space.default_params(design)
-    for inst, knobs in tiles.items():
-        for knob in knobs:
-            params[knob.name] = _divisor_index(knob.extent, factors[inst][int(knob.name.rsplit("tile", 1)[1]) - 1])
-    return params
-
-
-def _divisor_index(extent: int, factor: int) -> int:
-    return divisors(extent).index(factor)
+    return with_tiles(space.default_params(design), tiles, factors)
 
 
 def _legal(space: Any, params: dict[str, Any]) -> bool:
     try:
         space.apply(params)
-    except Exception:  # noqa: BLE001 - InvalidConfig, or TVM's errors on a primitive
+    except (InvalidConfig, RuntimeError, ValueError):  # TVM's ScheduleError is a RuntimeError
         return False
     return True
