@@ -174,7 +174,10 @@ def test_a_real_time_budget_stops_on_time_with_the_measurements_saved(tmp_path):
     assert done.returncode == 0, done.stderr
     print(f"wall {wall_s:.1f} s, start-up {startup_s:.1f} s, budget {budget_s:g} s")
     assert 0.9 * budget_s <= wall_s - startup_s <= 1.1 * budget_s + 2.0, (wall_s, startup_s)
-    assert "2 distinct tasks, 2 to search (2 searched in this run), 0 on default schedules (cheap)" in done.stdout
+    # both tasks are searched on a quiet machine; under load (CI's other test workers) the first round may take
+    # the whole budget, so only "at least one" is machine-independent (the scheduler's order: test_task_scheduler)
+    searched = re.search(r"2 distinct tasks, 2 to search \((\d) searched in this run\), 0 on default", done.stdout)
+    assert searched and int(searched[1]) >= 1, done.stdout
     assert re.search(r"new measurements in \d+ s \([\d.]+ per second\)", done.stdout)
     assert "stopped by the time budget" in done.stdout
     n_new = int(re.search(r"(\d+) new measurements", done.stdout)[1])
