@@ -21,21 +21,24 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import math
-import re
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from autosched._tvm import as_python, save_json
+from autosched._tvm import save_json
 from autosched.db import Database, Leases, TaskRow
-from autosched.errors import InvalidConfig, ReferenceBuildError, UserInputError
-from autosched.records import Candidate, Status, TuningRecord, schedule_key
+from autosched.errors import ReferenceBuildError, UserInputError
+from autosched.records import Status, TuningRecord
+from autosched.scheduler.default_candidates import default_candidates
+from autosched.scheduler.search_seeds import (
+    share_sibling_bests,
+    start_from_microkernels,
+    start_from_other_thread_counts,
+    start_from_relatives,
+)
 from autosched.scheduler.task_scheduler import INF, TaskScheduler, TaskState, mark_cheap
-from autosched.spaces.settings import settings_for
-from autosched.spaces.trace_space import TraceSearchSpace
 from autosched.targets import device_kind
 from autosched.tasks import Task
 from autosched.tune import BASELINE_DECISIONS, NO_DEADLINE, Deadline, baseline_record, eta_s, to_record
@@ -157,124 +160,6 @@ def measure_baselines(session, tasks: list[Task], db: Database, deadline: Deadli
     return sorted(states, key=lambda s: order[s.task.key])
 
 
-def default_candidates(task: Task, db: Database, seed: int, siblings: frozenset[str] = frozenset()
-                       ) -> list[Candidate]:
-    """The task's default schedule as a candidate (by rule: ``TraceSearchSpace.default_schedule``, what
-    ``compile`` uses for a task without records), the other register tiles of a float32 matmul's or convolution's
-    micro-kernel, unrolled differently (``OTHER_MICROKERNELS``: which is fastest depends on the shape, ShuffleNet's
-    1x1 convolutions over 58 channels ran 16 GFLOPS in the first tile and 176 in the second), for a function small
-    enough to run on one thread its serial copy (spaces/serial.py), the best schedules ``db`` holds of the same
-    task for this CPU at the nearest other thread count and for other CPUs (``borrowed_candidates``), and the
-    refitted best schedules of similar tasks in ``db`` other than ``siblings`` (the model's own tasks, whose bests
-    the search shares: ``transferred_candidates``), each unless already in ``db``; none if the task has no design
-    space."""
-    try:
-        space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=seed)
-    except (RuntimeError, ValueError) as err:
-        log.info("%s: no design space (%s): it stays unscheduled", task.name, err)
-        return []
-    measured = {schedule_key(r.decisions) for r in db.records(task.key)}
-    cands = []
-    for found in (space.default_schedule(), *other_microkernels(space), space.serial_default()):
-        if found is not None:
-            params, sch = found
-            cand = Candidate(task.key, params, space.effective_decisions(sch),
-                             as_python(sch.trace.as_json(remove_postproc=False)), save_json(sch.mod))
-            if cand.dedup_key() not in measured and all(c.dedup_key() != cand.dedup_key() for c in cands):
-                cands.append(cand)
-    borrowed = borrowed_candidates(task, space, db) + transferred_candidates(task, space, db, siblings)
-    return cands + [c for c in borrowed if c.dedup_key() not in measured]
-
-
-MAX_TRANSFERRED = 2  # best schedules of similar tasks (other sizes, other models) measured with a task's defaults
-
-
-def _stem(name: str) -> str:
-    """A task's name without its numbers: ``fused_conv2d12_add6_relu61`` -> ``fused_conv2d_add_relu``."""
-    return re.sub(r"\d+", "", name)
-
-
-def transferred_candidates(task: Task, space: TraceSearchSpace, db: Database, siblings: frozenset[str] = frozenset(),
-                           k: int = MAX_TRANSFERRED) -> list[Candidate]:
-    """The best schedules of up to ``k`` tasks of the database like this one (the same operators at other sizes: the
-    same name without its numbers, the same target and space version; other models' tasks, or this model's siblings
-    already searched), nearest in FLOPs first, refitted to this task's sizes (``TraceSearchSpace.transfer_params``)
-    and measured with its defaults: a task the search never reaches starts from what a similar task found. Tasks in
-    ``siblings`` are not donors; donors whose best is their untuned build, or whose schedule does not fit this
-    function, are skipped (at most ``2 k`` donors are tried: each costs a replay)."""
-    from autosched._tvm import load_json
-    from autosched.apply import schedule_from_record
-
-    stem = _stem(task.name)
-    donors = [row for row in db.tasks() if row.task_key != task.key and row.task_key not in siblings
-              and row.target == task.target_json
-              and row.space_version == task.space_version and _stem(row.name) == stem]
-    donors.sort(key=lambda row: flops_distance(row.flops, task.flops))
-    out: list[Candidate] = []
-    for row in donors[:2 * k]:
-        best = db.best(row.task_key, row.target)
-        if best is None or best.trace_json is None:
-            continue
-        try:
-            params = space.transfer_params(schedule_from_record(load_json(row.workload_json), best).trace)
-            sch = space.apply(params)
-        except (InvalidConfig, RuntimeError, ValueError):  # TVM's ScheduleError is a RuntimeError
-            continue
-        out.append(Candidate(task.key, params, space.effective_decisions(sch),
-                             as_python(sch.trace.as_json(remove_postproc=False)), save_json(sch.mod)))
-        if len(out) == k:
-            break
-    return out
-
-
-# register tiles measured with a task's default besides its own (the 2nd and 3rd of ``microkernel_params``) and
-# their unroll depths (cheap builds): MobileNetV2's 1x1 convolution from 144 to 24 channels ran 9.5 GFLOPS in every
-# tile unrolled 64 or 512, and 39-48 in the third tile unrolled 16 or not at all (1 thread)
-OTHER_MICROKERNELS = ((1, 64), (2, 16))
-
-
-def other_microkernels(space: TraceSearchSpace) -> list[tuple[dict[str, Any], Any]]:
-    """The ``OTHER_MICROKERNELS`` settings of a float32 matmul or convolution on a CPU (the default is the first
-    tile), with their schedules; those the postprocessors reject, or that the shape makes equal to another, are
-    left out."""
-    if space.target.kind.name != "llvm" or not space.settings.rule_defaults:
-        return []
-    from autosched._tvm import llvm_vector_bits
-    from autosched.spaces.microkernel import microkernel_params
-
-    out = []
-    for tile, unroll in OTHER_MICROKERNELS:
-        tiles = microkernel_params(space, llvm_vector_bits(space.target), unroll=unroll)
-        if tile >= len(tiles) or any(tiles[tile] == params for params, _ in out):
-            continue
-        try:
-            out.append((tiles[tile], space.apply(tiles[tile])))
-        except (InvalidConfig, RuntimeError, ValueError):
-            continue
-    return out
-
-
-MAX_BORROWED = 3  # best schedules of other targets measured with a task's defaults: 1 thread count, 2 other CPUs
-
-
-def borrowed_candidates(task: Task, space: TraceSearchSpace, db: Database) -> list[Candidate]:
-    """The best schedule of this task tuned for this CPU at the nearest other thread count, and for each of the
-    two nearest other CPUs of this architecture (a shipped log), replayed here: measured with the defaults, so a
-    task the search never reaches still gets them where they are faster here (a budget too short to reach most
-    tasks' searches left ResNet-18 at 3.8x ONNX Runtime's latency with Zen 5's log in the database, 1.5x with
-    the log alone). Schedules that call another CPU's tensor intrinsics, or no longer replay, are left out."""
-    from collections import Counter
-
-    from autosched.scheduler.foreign import replayable_bests
-    from autosched.targets import other_cpus, other_thread_counts
-
-    known = [row.target for row in db.tasks()]
-    others = [t for t, _ in other_thread_counts(task.target, known)][:1] + other_cpus(task.target, known)[:2]
-    return [Candidate(task.key, dict(record.params), space.effective_decisions(sch),
-                      as_python(sch.trace.as_json(remove_postproc=False)), save_json(sch.mod))
-            for _, record, sch in replayable_bests(db, task.mod, others, task.space_version, Counter(), MAX_BORROWED)]
-
-
 def measure_defaults(session, scheduler: TaskScheduler, db: Database, deadline: Deadline,
                      report: Callable[[str], None]) -> tuple[bool, int]:
     """Every task's default schedule (the cheap tasks' first; on a GPU only theirs), a batch at a time (each a
@@ -311,7 +196,6 @@ def measure_defaults(session, scheduler: TaskScheduler, db: Database, deadline: 
     return True, n_new
 
 
-SIBLING_PROPOSALS_PER_ROUND = 2  # siblings' bests queued before a task's round (of ``TaskScheduler.round_trials``)
 DEFAULT_BUILD_PATIENCE = 4  # a default schedule may take this many times the search's build timeout to compile
 
 
@@ -343,105 +227,6 @@ def refresh(scheduler: TaskScheduler, db: Database, leases: Leases) -> set[str]:
     busy = {s.task.key for s in scheduler.states if s.task.key in others}
     scheduler.reserved = sum(others[key].n_trials for key in busy)
     return busy
-
-
-def flops_distance(a: float, b: float) -> float:
-    """How far apart two tasks' FLOPs are: the absolute log ratio."""
-    return abs(math.log(max(a, 1.0) / max(b, 1.0)))
-
-
-def nearest_in_flops(task: Task, tasks: dict[str, Task], keys) -> list[str]:
-    """``keys`` of ``tasks``, nearest to ``task`` in FLOPs (log ratio) first; ties keep their order."""
-    return sorted(keys, key=lambda key: flops_distance(tasks[key].flops, task.flops))
-
-
-def share_sibling_bests(task: Task, strategies: dict, tasks: dict[str, Task], db: Database,
-                        k: int = SIBLING_PROPOSALS_PER_ROUND) -> int:
-    """Tasks with the same knobs (one convolution with different epilogues, one matmul in every shape bucket)
-    try each other's best schedule, fitted to their own ranges: the siblings nearest in FLOPs first, at most
-    ``k`` new settings before each of the task's rounds (a model's twenty convolutions, each queueing its new
-    best every round, would fill the rounds and crowd the model-screened picks out). Returns how many were
-    queued (a setting already queued or measured is not queued again)."""
-    own = strategies[task.key]
-    siblings = nearest_in_flops(task, tasks, (key for key, other in strategies.items()
-                                              if key != task.key and other.space_signature == own.space_signature))
-    queued = 0
-    for key in siblings:
-        if queued >= k:
-            break
-        best = db.best(key, tasks[key].target_json)
-        if best is not None and best.trace_json is not None:  # not a baseline record
-            fitted = own.fitted(best.params)
-            if fitted is not None and own.propose(fitted):
-                queued += 1
-    return queued
-
-
-def start_from_other_thread_counts(task: Task, strategy, db: Database, k: int = 4) -> int:
-    """The same task tuned for this CPU at another thread count (a model tuned at 2 threads, now at 1), else on
-    another CPU of this architecture (a shipped log): the ``k`` best schedules of the nearest such target replay
-    here (only their parallel split, tiles or vector width were tuned for another), so they are queued as this
-    search's first candidates, measured here like any other. Returns how many were queued."""
-    from autosched.targets import other_cpus, other_thread_counts
-    from autosched.tasks import task_key
-
-    known = [row.target for row in db.tasks()]
-    others = [t for t, _ in other_thread_counts(task.target, known)] + other_cpus(task.target, known)
-    for other_target in others:
-        records = [r for r in db.records(task_key(task.mod, other_target, task.space_version))
-                   if r.status is Status.OK and r.trace_json is not None]
-        if not records:
-            continue
-        best = sorted(records, key=lambda r: r.latency_s)[:k]
-        fitted = [p for p in (strategy.fitted(r.params) for r in best) if p is not None]
-        for params in fitted:
-            strategy.propose(params)
-        return len(fitted)
-    return 0
-
-
-def start_from_microkernels(task: Task, strategy, k: int) -> int:
-    """On a CPU, queue up to ``k`` micro-kernel-shaped settings of a float32 matmul or convolution
-    (``microkernel_params``) as this search's first candidates. Returns how many were queued."""
-    space = getattr(strategy, "space", None)  # none for a search without a trace space (a test's fake)
-    if k <= 0 or not isinstance(space, TraceSearchSpace) or task.target.kind.name != "llvm":
-        return 0
-    from autosched._tvm import llvm_vector_bits
-    from autosched.spaces.microkernel import microkernel_params
-
-    return sum(strategy.propose(p) for p in microkernel_params(space, llvm_vector_bits(task.target), k))
-
-
-def start_from_relatives(task: Task, strategy, strategies: dict, tasks: dict[str, Task], db: Database,
-                         k: int) -> int:
-    """Tasks of the model whose spaces share a design with this one at other sizes (convolutions of other
-    channel counts, a matmul of other widths), among those searched so far: the best schedules of the ``k``
-    nearest in FLOPs, refitted to this task (``TraceSearchSpace.transfer_params``), are queued as this search's
-    first candidates. Returns how many were queued."""
-    from autosched.apply import schedule_from_record
-
-    def signatures(strategy: Any) -> frozenset[str]:  # none for a search without a trace space (a test's fake)
-        return getattr(getattr(strategy, "space", None), "design_signatures", frozenset())
-
-    mine = signatures(strategy) if k > 0 else frozenset()
-    if not mine:
-        return 0
-    near = nearest_in_flops(task, tasks, (key for key, other in strategies.items()
-                                          if key != task.key and mine & signatures(other)))
-    queued = 0
-    for key in near:
-        best = db.best(key, tasks[key].target_json)
-        if best is None or best.trace_json is None:  # nothing measured yet, or its untuned build won
-            continue
-        try:
-            params = strategy.space.transfer_params(schedule_from_record(tasks[key].mod, best).trace)
-        except (InvalidConfig, RuntimeError, ValueError):  # TVM's ScheduleError is a RuntimeError
-            continue
-        strategy.propose(params)
-        queued += 1
-        if queued == k:
-            break
-    return queued
 
 
 @dataclass
