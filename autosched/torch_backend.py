@@ -11,7 +11,8 @@ tensors in and out.
   constants, so the graph rewrites fold them and the schedules may change their layout; a parameter replaced or
   changed in place is noticed at the next call and the graph rebuilt (from the database, without tuning).
 - Tuning: ``time`` per captured graph, spent only on tasks without records in the database (a second run of the
-  same script tunes nothing); ``time=0`` only looks records up.
+  same script tunes nothing), or on all of its tasks with ``tune_again=True`` (a longer search resuming from the
+  records: tasks an earlier, shorter budget never searched get their rounds); ``time=0`` only looks records up.
 - A graph that cannot be imported (an operator TVM's PyTorch importer lacks, or imports wrongly: the RNNs), that
   writes to its inputs, that fails to build, or whose outputs differ from eager PyTorch's at the first call runs
   eagerly, with one line saying why; never an exception at the user's call.
@@ -65,7 +66,7 @@ class GraphStats:
     mode: str = "eager"  # "autosched" (compiled) | "eager" (fallback)
     reason: str = ""  # eager: why
     n_tasks: int = 0
-    n_tuned: int = 0  # tasks given to the tuner at this build (those without records)
+    n_tuned: int = 0  # tasks given to the tuner at this build (those without records, or all with ``tune_again``)
     n_new_records: int = 0  # measurements this build added to the database
     n_records: int = 0  # the graph's tasks' records in the database after the build
     sources: dict[str, int] = field(default_factory=dict)  # schedule source (tuned, default, ...) -> fusion groups
@@ -77,7 +78,8 @@ class AutoschedBackend:
     """A ``torch.compile`` backend: ``torch.compile(model, backend=autosched.backend(time="5m"))``."""
 
     def __init__(self, db: str | None = None, time: str | float = DEFAULT_TIME, threads: int | None = None,
-                 target: str = "llvm", config: TuneConfig | None = None, check: bool = True, verbose: bool = True):
+                 target: str = "llvm", config: TuneConfig | None = None, check: bool = True, verbose: bool = True,
+                 tune_again: bool = False):
         self.db = str(db) if db is not None else default_database()
         self.time_s = parse_duration(time, allow_zero=True) if isinstance(time, str) else float(time)
         if not 0 <= self.time_s < math.inf:
@@ -92,6 +94,7 @@ class AutoschedBackend:
         self.target = target
         self.check = check  # compare the first call's outputs with eager PyTorch's
         self.verbose = verbose
+        self.tune_again = tune_again  # tune tasks that have records too (else only those without)
         self.stats: list[GraphStats] = []
         self._n_graphs = 0
 
@@ -105,23 +108,26 @@ class AutoschedBackend:
             print(f"autosched: {text}", file=sys.stderr, flush=True)
 
     def __repr__(self) -> str:
-        return f"autosched.backend(db={self.db!r}, time={self.time_s:g}, threads={self.config.n_threads})"
+        again = ", tune_again=True" if self.tune_again else ""
+        return f"autosched.backend(db={self.db!r}, time={self.time_s:g}, threads={self.config.n_threads}{again})"
 
 
 def backend(db: str | None = None, time: str | float = DEFAULT_TIME, threads: int | None = None,
             target: str = "llvm", config: TuneConfig | None = None, check: bool = True,
-            verbose: bool = True) -> AutoschedBackend:
+            verbose: bool = True, tune_again: bool = False) -> AutoschedBackend:
     """A ``torch.compile`` backend with options: ``db`` (default ``default_database()``), ``time`` (tuning
     budget per captured graph: ``"2m"``, ``90``; ``0`` = only the database's records), ``threads`` (of the
     tuned and run kernels; None or 0 = all cores), ``target`` (an LLVM target string), ``config`` (a
     ``TuneConfig`` for the other tuning settings), ``check`` (compare the first call's outputs with eager
-    PyTorch's; a difference falls back to eager), ``verbose`` (a line on stderr per graph built)."""
+    PyTorch's; a difference falls back to eager), ``verbose`` (a line on stderr per graph built), ``tune_again``
+    (spend ``time`` on every task of a graph, those with records too: a longer search resumes from them; default:
+    only the tasks without records are tuned, so a rerun tunes nothing)."""
     register()
-    return AutoschedBackend(db, time, threads, target, config, check, verbose)
+    return AutoschedBackend(db, time, threads, target, config, check, verbose, tune_again)
 
 
 _BY_OPTIONS: dict[tuple, AutoschedBackend] = {}  # the named backend's instances, one per set of options
-_OPTIONS = ("db", "time", "threads", "target", "check", "verbose")
+_OPTIONS = ("db", "time", "threads", "target", "check", "verbose", "tune_again")
 
 
 def autosched_backend(gm: Any, example_inputs: Sequence[Any], mode: str | None = None,
@@ -330,7 +336,8 @@ class _Build:
 
 
 def _compile(owner: AutoschedBackend, model: Any, config: TuneConfig, stats: GraphStats) -> Any:
-    """Plan, tune the tasks without records in the database (within ``config``'s budget), compile with it."""
+    """Plan, tune the tasks without records in the database (all with ``tune_again``; within ``config``'s budget),
+    compile with it."""
     from autosched import api
     from autosched._tvm import set_num_threads
 
@@ -340,7 +347,7 @@ def _compile(owner: AutoschedBackend, model: Any, config: TuneConfig, stats: Gra
         Path(db).parent.mkdir(parents=True, exist_ok=True)
     exists = "://" in db or Path(db).exists()
     before = _measured(db, plan.tasks) if exists else {}
-    todo = [t for t in plan.tasks if not before.get(t.key)]  # an earlier run's tasks are not tuned again
+    todo = [t for t in plan.tasks if owner.tune_again or not before.get(t.key)]  # else an earlier run's: not again
     if config.time_budget_s > 0 and todo:
         stats.n_tuned = len(todo)
         api.tune_planned_model(replace(plan, tasks=todo), db)

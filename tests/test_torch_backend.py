@@ -152,6 +152,21 @@ def test_a_second_process_with_the_same_database_tunes_nothing(tuned_cnn, db):
     assert result["build_s"] < 20  # no budget spent
 
 
+@pytest.mark.slow
+def test_tune_again_gives_tasks_with_records_more_search(tuned_cnn, db):
+    """A rerun tunes nothing by default; ``tune_again`` spends its budget on every task of the graph, resuming from
+    the records (an earlier, shorter budget's unsearched tasks get rounds)."""
+    model, _, first_backend, x, _ = tuned_cnn
+    torch._dynamo.reset()
+    backend = autosched.backend(db=db, time="20s", threads=1, verbose=False, tune_again=True)
+    with torch.no_grad():
+        assert close(torch.compile(model, backend=backend)(x), model(x))
+    [stats] = backend.stats
+    assert stats.mode == "autosched" and stats.n_tuned == stats.n_tasks == first_backend.stats[0].n_tasks
+    assert stats.n_new_records > 0 and stats.n_records == first_backend.stats[0].n_records + stats.n_new_records
+    assert "tune_again=True" in repr(backend)
+
+
 @pytest.fixture(scope="module")
 def transformers():
     from autosched.corpus.catalog import _torchvision

@@ -172,7 +172,10 @@ class TaskScheduler:
 
     def round_size(self, s: TaskState, time_left_s: float = INF) -> int:
         """A round's trials: what is left of the trial budget, and what is expected to end within ``time_left_s``
-        at the task's seconds per trial (the last round before the deadline is shorter)."""
+        at the task's seconds per trial (the last round before the deadline is shorter); none once the time is up,
+        even with nothing to go by (a resumed run whose baselines were all in the database)."""
+        if time_left_s <= 0:
+            return 0
         per_trial = self.s_per_trial(s)
         fits = time_left_s / per_trial if per_trial > 0 else INF
         return int(max(min(self.round_trials, self.trials_left, fits), 0))

@@ -3,6 +3,8 @@ compiled model uses what was tuned and matches ONNX Runtime."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from onnx_graphs import redundant
 
@@ -174,6 +176,32 @@ def test_a_small_task_at_two_threads_has_its_serial_default_measured_beside_the_
         measured = [r.params for r in db.records(task.key) if r.trace_json is not None]
         assert measured == defaults, task.name
     assert space.serial_default() is None
+
+
+def test_a_resumed_run_whose_first_proposals_take_the_time_left_ends(model_tasks):
+    """Resumed on a database holding every baseline and default (no timing to go by): the first round's proposals
+    take the whole budget, so its batch is dropped and the run ends (it used to start round after round, each
+    ending at once, out of time, without end)."""
+    tasks, untuned = model_tasks
+    session, db = FakeSession(untuned), MemoryDatabase()
+    tune_model_tasks(session, tasks, db, 3)  # baselines and defaults (and a trial each) in the database
+
+    class SlowProposals(EndlessStrategy):
+        def ask(self, n):
+            session.clock.now += 60.0  # longer than the budget
+            return super().ask(n)
+
+    session.strategy = lambda task, db: SlowProposals(task)
+    n_before = sum(db.n_measured(t.key) for t in tasks)
+    results = []
+    run = threading.Thread(target=lambda: results.append(
+        tune_model_tasks(session, tasks, db, None, deadline=Deadline.after(5.0, session.clock))), daemon=True)
+    run.start()
+    run.join(timeout=30)  # a failure, not a hung suite
+    assert not run.is_alive(), "the run did not end"
+    [result] = results
+    assert result.out_of_time and result.n_new == 0
+    assert sum(db.n_measured(t.key) for t in tasks) == n_before  # the dropped batch was not measured
 
 
 def test_time_budget_ending_during_the_baselines_keeps_the_measured_ones(model_tasks):

@@ -144,6 +144,17 @@ def test_with_a_time_limit_tasks_above_a_share_warm_up_first_and_lighter_ones_wa
     assert _drive(untimed, improve)[:4] == ["t0", "t1", "t2", "t3"]  # no time limit: everyone warms up first
 
 
+def test_no_round_once_the_time_is_up_even_with_no_timing_to_go_by():
+    """A resumed run (every baseline in the database) has no seconds per trial yet: a round still fits any time left,
+    but none once the time is up (before, such a run looped on rounds that ended at once, out of time)."""
+    states = [_state("a", 1, 4e-3), _state("b", 1, 2e-3)]
+    scheduler = TaskScheduler(states, None, round_trials=8)
+    assert scheduler.s_per_trial(states[0]) == 0.0
+    assert scheduler.round_size(states[0], 1e-3) == 8 and scheduler.next_task(time_left_s=1e-3) is states[0]
+    assert scheduler.round_size(states[0], 0.0) == 0 and scheduler.round_size(states[0], -1.0) == 0
+    assert scheduler.next_task(time_left_s=0.0) is None and scheduler.next_task(time_left_s=-1.0) is None
+
+
 def test_a_first_rounds_cut_from_the_untuned_build_does_not_buy_a_second_round_before_fresh_tasks():
     """ResNet-50 at 5 minutes: convolutions cut 100x by their first round (170 ms -> 1.5 ms) took second rounds
     while a 39 ms convolution never got a first one."""
