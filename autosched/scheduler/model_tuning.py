@@ -242,7 +242,6 @@ class _Rounds:
     strategies: dict = field(default_factory=dict)
     n_known: dict[str, int] = field(default_factory=dict)  # measurements of each task after this worker's round
     n_new: int = 0
-    out_of_time: bool = False  # a round stopped at the deadline before measuring anything: the run is over
 
     def run(self, state: TaskState) -> None:
         task, started = state.task, self.deadline.clock()
@@ -273,7 +272,6 @@ class _Rounds:
                               exhausted=result.n_measured < want and not result.out_of_time,
                               round_s=self.deadline.clock() - started, n_new=result.n_new)
         self.n_known[task.key], self.n_new = state.n_trials, self.n_new + result.n_new
-        self.out_of_time = self.out_of_time or (result.out_of_time and not result.n_new)
         self.report(task.name)
 
 
@@ -314,8 +312,6 @@ def _next_round(rounds: _Rounds, leases: Leases) -> bool:
     """One round on the best task no other worker holds, or a short wait while they hold the only ones left;
     False when there is nothing left to do (budget spent, spaces exhausted, out of time)."""
     scheduler, deadline = rounds.scheduler, rounds.deadline
-    if rounds.out_of_time:
-        return False
     busy = refresh(scheduler, rounds.db, leases)
     state = scheduler.next_task(deadline.left_s(), busy)
     if state is None:
