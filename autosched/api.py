@@ -17,8 +17,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autosched._tvm import IRModule, Target, load_json, tvm
@@ -318,7 +319,49 @@ def tune_planned_model(plan: ModelPlan, db: str | Database = DEFAULT_DATABASE,
     from autosched.session import TuningSession
 
     with tuning_database(db, plan.tasks) as database, TuningSession(plan.config, plan.target) as session:
-        return tune_model_tasks(session, plan.tasks, database, plan.config.n_trials, on_progress, plan.deadline)
+        started, phase_s = time.time(), _in_model_reserve_s(plan)
+        search_deadline = plan.deadline
+        if phase_s and plan.deadline.limited:
+            search_deadline = replace(plan.deadline, at=plan.deadline.at - phase_s)
+        result = tune_model_tasks(session, plan.tasks, database, plan.config.n_trials, on_progress, search_deadline)
+        if phase_s and result.states:
+            result.in_model = _in_model_phase(session, plan, result, database, started, on_progress)
+        return result
+
+
+def _in_model_reserve_s(plan: ModelPlan) -> float:
+    """Seconds kept from the search for the end-to-end phase (``deploy/in_model.py``): 0 where it does not run
+    (off, shape buckets, a GPU or RPC devices, or a time budget under four times what it may take); without a time
+    budget it runs after the trials, as long as it takes."""
+    from autosched.deploy.in_model import expected_cost_s
+
+    config = plan.config
+    if not config.in_model or plan.fused is None or plan.target.kind.name != "llvm" or config.rpc:
+        return 0.0
+    cost = expected_cost_s(plan.n_groups)
+    return cost if not plan.deadline.limited or config.time_budget_s >= 4 * cost else 0.0
+
+
+def _in_model_phase(session: Any, plan: ModelPlan, result: Any, db: Database, started: float,
+                    on_progress: Callable | None) -> Any:
+    """The end-to-end phase; a failure there is logged and leaves the database as the search left it."""
+    from autosched.deploy.in_model import tune_in_model
+    from autosched.errors import AutoschedError
+    from autosched.scheduler.model_tuning import ModelProgress
+
+    n_done = sum(s.n_trials for s in result.states)
+
+    def report(text: str) -> None:
+        if on_progress is not None:
+            on_progress(ModelProgress(n_done, None, result.estimated_s, result.untuned_s, text, time.time() - started,
+                                      n_done, plan.deadline.left_s()))
+
+    try:
+        return tune_in_model(session, plan.model, plan.fused, result.states, db, started, plan.deadline, report)
+    except (AutoschedError, RuntimeError, ValueError, TimeoutError, ChildProcessError, OSError) as err:
+        log.warning("%s: the end-to-end phase did not run to its end (%s: %s); the schedules stay as searched",
+                    plan.model.name, type(err).__name__, str(err).splitlines()[0][:200] if str(err) else "")
+        return None
 
 
 @quiet_api

@@ -53,6 +53,9 @@ class TuneConfig:
     # (TraceSearchSpace.transfer_params); 0 = off
     microkernel_seeds: int = 4  # models, CPU: at a float32 matmul's or convolution's first search round, queue up to
     # this many settings shaped like a BLAS micro-kernel (autosched/spaces/microkernel.py); 0 = off
+    in_model: int = 4  # models, CPU: at the end of a run, up to this many schedules of each of the heaviest tasks
+    # (the best as timed alone) are timed inside the model, and the combination that makes the model fastest is
+    # kept (deploy/in_model.py; with a time budget, only where it leaves time for it); 0 = off
     cutoff_ratio: float = 3.0  # a candidate whose first run is this much slower than the best is timed once
     cost_model: str = "xgb"  # one of COST_MODELS: screens the sampler's proposals before measuring
     transfer: bool = True  # start from the shipped cross-task model (cost_models/<target kind>) if one fits

@@ -24,7 +24,7 @@ from autosched.tune import BASELINE_DECISIONS
 from autosched.version import __version__
 
 REPORT_FORMAT = "autosched-report"
-REPORT_VERSION = 2  # 2: tasks sorted by share, with share and search
+REPORT_VERSION = 3  # 2: tasks sorted by share, with share and search; 3: the end-to-end phase's in-model times
 RUN_GAP_S = 15 * 60.0  # records further apart than this are separate runs: the gap is cut from the time axis
 TIMING_ATTR = "timing_s"  # the Optuna user attribute set on measured trials (search/optuna_strategy.py)
 SPLIT_PARTS = ("search", "build", "measure")
@@ -73,6 +73,8 @@ class TaskReport:
     errors: dict[str, list[str]]  # status -> a few distinct error lines
     search: dict[str, Any] = field(default_factory=dict)  # state, n_trials (None: unknown), short, text: _search
     share: float | None = None  # of the estimated model latency (weight x best latency over their sum)
+    in_model: dict[str, Any] | None = None  # the model's end-to-end phase: in_model_s (per inference, all calls;
+    # None: not timed inside), model, model_s, chosen_is_best (its choice is the fastest alone); None: no phase
 
 
 @dataclass
@@ -80,7 +82,8 @@ class Report:
     database: str
     generated_at: float
     tasks: list[TaskReport]
-    end_to_end: dict[str, Any]  # time_s, estimated_s, untuned_s, final_s, tasks, missing, weights_known
+    end_to_end: dict[str, Any]  # time_s, estimated_s, untuned_s, final_s, tasks, missing, weights_known;
+    # measured: per model its end-to-end phase's latency ({model, model_s, n_tasks}), newest first
     time_split: dict[str, Any]  # search_s, build_s, measure_s, other_s, wall_s, n_runs, n_timed, n_trials,
     # trials_per_s (searched trials over the tuning wall time)
     failures: dict[str, int]  # status -> count over every task (OK included)
@@ -123,8 +126,10 @@ def gather(db: Database, name: str = "") -> Report:
     tasks = [_task_report(row, records[row.task_key], clock, timings.get(row.task_key, [])) for row in rows]
     for t in tasks:
         t.search = _search(t, len(timings.get(t.key, [])) if found is not None else None)
+        t.in_model = _in_model(db, t)
     notes: list[str] = []
     end_to_end = _end_to_end(tasks, records, clock, notes)
+    end_to_end["measured"] = _measured_models(db, rows)
     tasks = _by_share(tasks)
     split = _time_split(tasks, clock, notes)
     failures = Counter()
@@ -133,6 +138,26 @@ def gather(db: Database, name: str = "") -> Report:
     preds = _pooled_predictions(tasks, notes)
     return Report(name or getattr(db, "url", "database"), time.time(), tasks, end_to_end, split, dict(failures),
                   preds, notes)
+
+
+def _in_model(db: Database, t: TaskReport) -> dict[str, Any] | None:
+    """What the end-to-end phase of a model chose for the task (``Database.selection``), if one ran."""
+    chosen = db.selection(t.key)
+    if chosen is None:
+        return None
+    best = db.best(t.key, chosen.target)
+    return {"in_model_s": chosen.in_model_s, "model": chosen.model, "model_s": chosen.model_s,
+            "chosen_is_best": best is not None and best.record_id == chosen.record_id}
+
+
+def _measured_models(db: Database, rows: list[TaskRow]) -> list[dict[str, Any]]:
+    """Each model whose end-to-end phase ran on this database: its latency as measured there, newest first."""
+    chosen = [c for row in rows if (c := db.selection(row.task_key)) is not None]
+    newest: dict[str, Any] = {}
+    for c in sorted(chosen, key=lambda c: c.created_at):
+        newest[c.model] = {"model": c.model, "model_s": c.model_s, "at": c.created_at,
+                           "n_tasks": sum(x.model == c.model for x in chosen)}
+    return sorted(newest.values(), key=lambda m: -m["at"])
 
 
 class TuningClock:

@@ -147,10 +147,12 @@ def _eager(module, inputs) -> list:
         return [t.numpy() for t in torch.utils._pytree.tree_leaves(module(*inputs)) if isinstance(t, torch.Tensor)]
 
 
-def _tune(args, name: str, tasks, target, db_path: Path, row: dict) -> object | None:
+def _tune(args, name: str, model, fused, tasks, target, db_path: Path, row: dict) -> object | None:
+    """Tune the model's tasks into ``db_path`` through the pipeline ``autosched tune`` runs (search, then the
+    end-to-end phase: the heaviest tasks' schedules timed inside the model); returns the database."""
     from autosched import TuneConfig, open_database
-    from autosched.scheduler.model_tuning import tune_model_tasks
-    from autosched.session import TuningSession
+    from autosched.api import ModelPlan, tune_planned_model
+    from autosched.graph.passes import fusion_groups
     from autosched.tune import Deadline
 
     if args.retime:  # the database tuned by an earlier run, as it is: nothing is measured
@@ -166,15 +168,25 @@ def _tune(args, name: str, tasks, target, db_path: Path, row: dict) -> object | 
     start = time.perf_counter()
     config = TuneConfig(n_trials=trials, n_threads=args.threads, seed=args.seed, time_budget_s=seconds,
                         flush_cache={"flush": True, "warm": False}.get(args.cache),
-                        relatives=args.relatives).for_model()
-    with TuningSession(config, tasks[0].target_json) as session:
-        result = tune_model_tasks(session, tasks, db, trials, deadline=Deadline.after(seconds))
+                        relatives=args.relatives, in_model=args.in_model).for_model()
+    plan = ModelPlan(model, target, tasks, len(fusion_groups(fused)), config, Deadline.after(seconds), fused=fused)
+    result = tune_planned_model(plan, db)
     row["tune_s"] = time.perf_counter() - start
+    if result.in_model is not None:
+        phase = result.in_model
+        row.update(in_model_s=phase.elapsed_s, in_model_before_s=phase.before_s, in_model_new_s=phase.new_s,
+                   in_model_kept_new=phase.kept_new, in_model_changed=len(phase.changed))
     row["flush_cache"] = config.flush_cache
     row.update(trials=result.n_new, out_of_time=result.out_of_time, tasks_searched=result.n_tuned,
                tasks_default=result.n_default, tasks_unmeasured=len(result.unmeasured))
     row["tasks_tuned"] = _tasks_tuned(db, tasks)
     return db
+
+
+def estimate_s(db, tasks) -> float:
+    """What ``autosched tune`` prints as the estimate: over the tasks, weight x the best latency measured alone."""
+    best = [db.best(t.key, t.target_json) for t in tasks]
+    return sum(t.weight * b.latency_s for t, b in zip(tasks, best, strict=True) if b is not None)
 
 
 def _tasks_tuned(db, tasks) -> int:
@@ -232,7 +244,8 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
         row["fusion_groups"] = len(fusion_groups(fused))
         tasks = _step(row, "extract", extract_tasks, fused, target, settings_for(target).version)
         row["tasks"] = len(tasks)
-        db = _step(row, "tune", _tune, args, name, tasks, target, work / f"{name}.db", row)
+        db = _step(row, "tune", _tune, args, name, model, fused, tasks, target, work / f"{name}.db", row)
+        row["estimate_s"] = estimate_s(db, tasks) if db is not None else None
         compiled = _step(row, "compile", compile_model, model, target, db, fused=fused)
         row["groups_by_source"] = dict(Counter(compiled.sources.values()))
         row["records_not_applied"] = dict(compiled.skipped)  # records the build could not use, and why
@@ -252,6 +265,9 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
         with torch.no_grad():
             rounds = _step(row, "timing", time_interleaved, calls, args.repeat, args.min_round_s)
         row.update({f"{peer}_s": statistics.median(s) for peer, s in rounds.items()}, load=load_now(), ok=True)
+        row["model_s"] = statistics.median(compiled.time(arrays, args.threads, repeat=args.repeat))  # TVM's timer
+        if row["estimate_s"]:
+            row["model_vs_estimate"] = row["model_s"] / row["estimate_s"]
         row["rounds_s"] = rounds
         row.update(peer_ratios(rounds))
     except Failed as failure:
@@ -265,7 +281,7 @@ TUNING_FIELDS = ("tune_s", "trials", "trials_per_task", "time_budget_s", "out_of
 TIMING_FIELDS = ("autosched_s", "onnxruntime_s", "torch_s", "autosched_vs_ort", "autosched_vs_ort_paired",
                  "rounds_s", "max_rel_error_vs_ort", "load", "openvino_s", "autosched_vs_ov", "autosched_vs_ov_paired",
                  "best_peer", "autosched_vs_best_peer", "autosched_vs_best_peer_paired",
-                 "openvino_max_rel_error_vs_ort", "openvino_error")
+                 "openvino_max_rel_error_vs_ort", "openvino_error", "model_s", "model_vs_estimate")
 
 
 def retime_row(name: str, args: argparse.Namespace, work: Path, done: Path, commit: str) -> dict:
@@ -326,7 +342,8 @@ def corpus_table(rows: list[dict]):
     table = Table(title="autosched corpus: import -> rewrite -> tasks -> tune -> compile -> run (vs ONNX Runtime"
                   + (" and OpenVINO)" if with_ov else ")"))
     columns = ("model", "family", "library", "import/rewrite", "fallbacks", "groups", "tasks found/tuned",
-               "extract s", "tune s", "autosched ms", "ORT ms", "PyTorch ms", *(("OpenVINO ms",) if with_ov else ()),
+               "extract s", "tune s", "estimate ms", "model ms", "model/est.", "autosched ms", "ORT ms", "PyTorch ms",
+               *(("OpenVINO ms",) if with_ov else ()),
                "autosched/ORT", "paired", *(("autosched/OV", "autosched/best peer") if with_ov else ()),
                "max rel err", "commit")
     for col in columns:
@@ -344,7 +361,9 @@ def corpus_table(rows: list[dict]):
             ov = [_ms(r, "openvino_s") if "openvino_s" in r else escape(f"- ({why})")]
             ov_ratios = [f"{r['autosched_vs_ov']:.2f}" if "autosched_vs_ov" in r else "-",
                          f"{r.get('autosched_vs_best_peer', r['autosched_vs_ort']):.2f}"]
-            cells = [_ms(r, "autosched_s"), _ms(r, "onnxruntime_s"), _ms(r, "torch_s"), *(ov if with_ov else ()),
+            ratio = f"{r['model_vs_estimate']:.2f}" if r.get("model_vs_estimate") else "-"
+            cells = [_ms(r, "estimate_s") if r.get("estimate_s") else "-", _ms(r, "model_s"), ratio,
+                     _ms(r, "autosched_s"), _ms(r, "onnxruntime_s"), _ms(r, "torch_s"), *(ov if with_ov else ()),
                      f"{r['autosched_vs_ort']:.2f}", paired, *(ov_ratios if with_ov else ()),
                      f"{r['max_rel_error_vs_ort']:.1e}"]
         else:
@@ -370,6 +389,14 @@ def summary_lines(rows: list[dict]) -> list[str]:
     if any(r.get("started_from") for r in rows):
         line += "; tuned further from the databases of " + ", ".join(sorted({r["started_from"] for r in rows
                                                                          if r.get("started_from")}))
+    gaps = [r for r in ran if r.get("model_vs_estimate")]
+    if gaps:
+        worst = max(gaps, key=lambda r: r["model_vs_estimate"])
+        line += (f"\nthe model's latency (TVM's timer) / the tuner's estimate (its kernels timed alone): "
+                 f"geometric mean "
+                 f"{_geomean([r['model_vs_estimate'] for r in gaps]):.2f} over {len(gaps)} models, "
+                 f"{sum(r['model_vs_estimate'] <= 1.10 for r in gaps)} within 1.10x, the largest "
+                 f"{worst['model_vs_estimate']:.2f} ({worst['model']})")
     ov = [r for r in ran if "openvino_s" in r]
     if not ov:
         reasons = sorted({r.get("openvino_error", "rows measured before OpenVINO was a contender") for r in ran})
@@ -416,6 +443,8 @@ def main() -> None:
     p.add_argument("--retime", action="store_true", help="time every finished row again with this code, from the "
                    "database its run left in --db-dir (no tuning; the row keeps its tuning figures and its first "
                    "timing, and names both commits)")
+    p.add_argument("--in-model", type=int, default=4, help="TuneConfig.in_model: schedules per heavy task timed "
+                   "inside the model at the end of its tuning (0: off, the search's best alone)")
     p.add_argument("--relatives", type=int, default=0, help="tune with TuneConfig.relatives: each task's first round "
                    "starts from the refitted best schedules of up to this many tasks like it (a variant: keep its "
                    "rows out of --rows-dir)")

@@ -12,6 +12,14 @@ timestamp up to then (each record's ``created_at``), MetaSchedule's record file 
 point is then built (tasks without a record: autosched's default schedules, MetaSchedule's TVM's unscheduled
 build, as each would ship them) and timed with ONNX Runtime in interleaved rounds, outputs checked against ONNX
 Runtime's. Writes bench/results/<out>.json and <out>.png, and prints the table.
+
+    python bench/tuning_curve.py --model resnet50 --threads 2 --resumed --points 60,120,300,600
+
+``--resumed`` (autosched alone): the budget spent as a user who tunes again would, one ``autosched tune --time``
+process per point on the same database, each resuming the last one (60 s, then 60 more, then 180, ...); each
+ends with the end-to-end phase, which keeps what the database had unless the new schedules make the model faster.
+The database is copied after each process, and every copy is compiled and timed in the same interleaved rounds:
+the model's latency after each total tuning time, which must never rise.
 """
 
 from __future__ import annotations
@@ -59,6 +67,21 @@ def run_autosched(onnx_path: Path, work: Path, args: argparse.Namespace) -> tupl
     subprocess.run([str(exe), "tune", str(onnx_path), "--time", f"{args.budget:g}", "--threads", str(args.threads),
                     "--db", str(db)], check=True, stdout=subprocess.DEVNULL)
     return db, start, time.perf_counter() - t0
+
+
+def run_resumed(onnx_path: Path, work: Path, args: argparse.Namespace, points: list[float]) -> dict[float, Path]:
+    """One ``autosched tune`` process per point on one database, each with the time up to the next point; the
+    database copied after each (point -> its copy). Each process's result line (its JSON) goes to the log."""
+    db, exe, snapshots, spent = work / "autosched.db", Path(sys.executable).with_name("autosched"), {}, 0.0
+    for t in points:
+        done = subprocess.run([str(exe), "tune", str(onnx_path), "--time", f"{t - spent:g}", "--threads",
+                               str(args.threads), "--db", str(db), "--json"], check=True, capture_output=True,
+                              text=True)
+        result = [line for line in done.stdout.splitlines() if '"event": "result"' in line]
+        print(f"[{args.model}] after {t:g} s of tuning: {result[-1] if result else '(no result line)'}", flush=True)
+        spent = t
+        snapshots[t] = Path(shutil.copy(db, work / f"autosched_{t:g}.db"))
+    return snapshots
 
 
 def run_metaschedule(onnx_path: Path, work: Path, args: argparse.Namespace, points: list[float]) -> dict[float, Path]:
@@ -129,11 +152,15 @@ def main() -> None:
     p.add_argument("--ms-trials", type=int, default=20000, help="MetaSchedule's trial budget (more than fits)")
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--out", default="")
+    p.add_argument("--resumed", action="store_true", help="autosched alone, one resumed tune per point on one "
+                   "database (what a user who tunes again gets); --budget is the last point")
     args = p.parse_args()
     try:
         points = sorted(float(x) for x in args.points.split(","))
     except ValueError:
         p.error(f"--points: seconds separated by commas, got {args.points!r}")
+    if args.resumed:
+        args.budget = points[-1]
     if points[-1] > args.budget:
         p.error("every point must be within --budget")
     fair_environment(args.threads)
@@ -145,6 +172,9 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="tuning-curve-"))
     onnx_path = corpus.export_onnx(args.model, work / f"{args.model}.onnx", size=args.size)
+    if args.resumed:
+        resumed_curve(Path(onnx_path), work, args, points)
+        return
     print(f"[{args.model}] autosched tune --time {args.budget:g} ...", flush=True)
     db_path, as_start, as_wall = run_autosched(Path(onnx_path), work, args)
     print(f"[{args.model}] MetaSchedule tune_relax for {args.budget:g} s ...", flush=True)
@@ -197,6 +227,51 @@ def main() -> None:
                      "onnxruntime_s": ort, "autosched_process_s": as_wall, "rows": rows, "repeat": args.repeat,
                      "machine": machine_info(), "commit": git_commit()})
     _plot(rows, ort, Path(__file__).resolve().parent / "results" / f"{out}.png", args)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def resumed_curve(onnx_path: Path, work: Path, args: argparse.Namespace, points: list[float]) -> None:
+    """``--resumed``: every snapshot compiled as a user compiles it and timed with ONNX Runtime in one set of
+    interleaved rounds, outputs checked; the table says whether the latency ever rose."""
+    import autosched
+    from autosched.db import open_database
+    from autosched.deploy.reference import max_relative_error, onnxruntime_session
+    from autosched.tasks import make_target
+
+    snapshots = run_resumed(onnx_path, work, args, points)
+    model = autosched.load_model(str(onnx_path))
+    target = make_target("llvm", args.threads)
+    session = onnxruntime_session(onnx_path.read_bytes(), args.threads)
+    inputs = model.random_inputs(0)
+    feed = {spec.name: x for spec, x in zip(model.inputs, inputs, strict=True)}
+    want = session.run(None, feed)
+    contenders, errors, kernels = {"onnxruntime": lambda: session.run(None, feed)}, {}, {}
+    for t, path in snapshots.items():
+        with open_database(str(path), create=False) as db:
+            compiled = autosched.compile(model, target, db=db)
+        errors[t] = max_relative_error(compiled(*inputs), want)
+        if errors[t] <= MAX_ERROR:
+            contenders[f"autosched@{t:g}"] = (lambda c=compiled: c(*inputs))
+            kernels[t] = statistics.median(compiled.time(inputs, args.threads, repeat=args.repeat))
+    rounds = time_interleaved(contenders, args.repeat)
+    ort = statistics.median(rounds["onnxruntime"])
+    rows = [{"t_s": t, "autosched_s": statistics.median(rounds[f"autosched@{t:g}"]), "kernels_s": kernels[t],
+             "max_rel_error": errors[t]} for t in points if f"autosched@{t:g}" in rounds]
+    for r in rows:
+        r["autosched_vs_ort"] = r["autosched_s"] / ort
+    rose = [f"{b['t_s']:g} s" for a, b in zip(rows[:-1], rows[1:], strict=True)
+            if b["autosched_s"] > a["autosched_s"] * 1.02]
+    print(f"{args.model}, {args.threads} thread(s), resumed runs; ONNX Runtime {ort * 1e3:.3f} ms")
+    print("| tuning time (total) | autosched ms (call) | kernels ms (TVM's timer) | / ORT | max rel. error |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['t_s']:g} s | {r['autosched_s'] * 1e3:.3f} | {r['kernels_s'] * 1e3:.3f} | "
+              f"{r['autosched_vs_ort']:.2f} | {r['max_rel_error']:.1e} |")
+    print("latency rose (by more than 2 %) at: " + (", ".join(rose) if rose else "never"))
+    out = args.out or f"tuning_curve_resumed_{args.model}_t{args.threads}"
+    write_json(out, {"model": args.model, "size": args.size, "threads": args.threads, "resumed": True,
+                     "points_s": points, "onnxruntime_s": ort, "rows": rows, "rose_at": rose, "repeat": args.repeat,
+                     "machine": machine_info(), "commit": git_commit()})
     shutil.rmtree(work, ignore_errors=True)
 
 

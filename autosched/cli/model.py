@@ -159,10 +159,11 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
         emit({"event": "result", "model": model.name, "fusion_groups": plan.n_groups, "tasks": result.n_tasks,
               "tuned": result.n_tuned, "default": result.n_default, "estimated_s": result.estimated_s,
               "untuned_s": result.untuned_s, "new_measurements": result.n_new, "elapsed_s": result.elapsed_s,
-              "out_of_time": result.out_of_time, "database": db_name})
+              "out_of_time": result.out_of_time, "database": db_name, **_in_model_json(result.in_model)})
     elif mode == QUIET:
         out.print(f"{model.name}: {result.n_tasks} tasks, estimated {fmt_s(result.estimated_s)} per inference "
-                  f"(untuned {fmt_s(result.untuned_s)}); {result.n_new} new measurements; database: {db_name}")
+                  f"(untuned {fmt_s(result.untuned_s)}){_model_latency(result)}; {result.n_new} new measurements; "
+                  f"database: {db_name}")
     else:
         _print_model_table(model.name, result, db_name, plan.n_groups)
     return 0
@@ -174,16 +175,18 @@ def _print_model_table(name: str, result, db_path: str, n_groups: int) -> None:
               f"({reached} searched in this run), {result.n_default} on default schedules (cheap)"
               + (f", {len(result.unmeasured)} not measured (out of time)" if result.unmeasured else ""))
     table = Table(title=f"autosched tune: {name}: {counts}")
+    in_model = result.in_model.in_model_s if result.in_model is not None else {}
     for col in ("task", "pattern", "weight", "schedule", "trials", "untuned", "best", "GFLOPS", "speedup",
-                "share of est."):
+                "share of est.", *(["in model"] if in_model else [])):
         table.add_column(col, justify="left" if col in ("task", "pattern", "schedule") else "right")
     total = result.estimated_s or 1.0
     for s in sorted(result.states, key=lambda s: -s.contribution_s):
         speedup = s.untuned_s / s.best_s if s.best_s < float("inf") and s.untuned_s < float("inf") else float("nan")
+        inside = [fmt_s(in_model[s.task.key] / s.task.weight) if s.task.key in in_model else "-"] if in_model else []
         table.add_row(s.task.name, s.task.info.get("pattern", ""), str(s.task.weight),
                       _searched(s), str(s.n_trials), fmt_s(s.untuned_s),
                       fmt_s(s.best_s), gflops(s.task.flops, s.best_s),
-                      f"{speedup:.1f}x" if speedup == speedup else "-", f"{s.contribution_s / total:.0%}")
+                      f"{speedup:.1f}x" if speedup == speedup else "-", f"{s.contribution_s / total:.0%}", *inside)
     out.print(table)
     gain = result.untuned_s / result.estimated_s if result.estimated_s else float("nan")
     stop = "; stopped by the time budget" if result.out_of_time else ""
@@ -191,7 +194,29 @@ def _print_model_table(name: str, result, db_path: str, n_groups: int) -> None:
     out.print(f"estimated kernel time per inference: {fmt_s(result.estimated_s)} (untuned {fmt_s(result.untuned_s)}, "
               f"{gain:.1f}x); {result.n_new} new measurements in {result.elapsed_s:.0f} s "
               f"({result.n_new / max(result.elapsed_s, 1e-9):.1f} per second){stop}; database: {db_path}")
+    if result.in_model is not None:
+        phase = result.in_model
+        verdict = "kept the new schedules" if phase.kept_new else "kept the database's schedules"
+        out.print(f"model latency, measured (whole inference, TVM's timer): {fmt_s(phase.model_s)}, "
+                  f"{phase.model_s / result.estimated_s:.2f}x the estimate; end-to-end phase ({phase.elapsed_s:.0f} s):"
+                  " "
+                  f"the {len(phase.in_model_s)} heaviest tasks' best schedules timed inside the model, "
+                  f"{len(phase.changed)} tasks run another than their fastest alone; the model as the database had it "
+                  f"{fmt_s(phase.before_s)}, with the new schedules {fmt_s(phase.new_s)}: {verdict}")
     _print_unchecked([s.task for s in result.states])
+
+
+def _model_latency(result) -> str:
+    """', model X measured' where the end-to-end phase timed the model, else nothing."""
+    return f", model {fmt_s(result.in_model.model_s)} measured" if result.in_model is not None else ""
+
+
+def _in_model_json(phase) -> dict:
+    if phase is None:
+        return {}
+    return {"model_s": phase.model_s, "model_before_s": phase.before_s, "model_new_s": phase.new_s,
+            "in_model_kept_new": phase.kept_new,
+            "in_model_changed": phase.changed, "in_model_s": phase.in_model_s}
 
 
 def _searched(state) -> str:

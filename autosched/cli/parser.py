@@ -45,6 +45,9 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-transfer", action="store_true",
                    help="do not start from the shipped cross-task cost model (learn online only)")
     p.add_argument("--transfer-model", help="a saved cost-model folder to start from instead of the shipped one")
+    p.add_argument("--in-model", type=int, metavar="N",
+                   help="models, CPU: at the end, time up to N schedules of each of the heaviest tasks inside the "
+                        "model and keep the combination that makes it fastest (4; 0 = off)")
     p.add_argument("--rpc", metavar="HOST:PORT", help="measure on the devices registered at this TVM RPC tracker "
                                                        "(python -m tvm.exec.rpc_tracker), one candidate per device "
                                                        "at a time; builds stay on this machine")
@@ -151,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 
-FLAGS = (("n_trials", "trials"), ("seed", "seed"), ("n_threads", "threads"), ("batch_size", "batch"))  # field, flag
+FLAGS = (("n_trials", "trials"), ("seed", "seed"), ("n_threads", "threads"), ("batch_size", "batch"),  # field, flag
+         ("in_model", "in_model"))
 
 
 def config_from_args(args: argparse.Namespace) -> TuneConfig:
@@ -167,12 +171,12 @@ def config_from_args(args: argparse.Namespace) -> TuneConfig:
                               batch_size=args.batch, cost_model=args.cost_model,
                               transfer=False if args.no_transfer else None, transfer_model=args.transfer_model,
                               rpc=getattr(args, "rpc", None), rpc_key=getattr(args, "key", None),
-                              time_budget_s=time_s)
+                              time_budget_s=time_s, in_model=getattr(args, "in_model", None))
         if time_s is not None and args.trials is None:
             config = config.replace(n_trials=0)
         return checked_config(config)
     except UserInputError as e:  # name the flag, not the config field, when a flag gave the value
         for field, flag in FLAGS:
             if str(e).startswith(f"config: {field} ") and getattr(args, flag) is not None:
-                raise UserInputError(f"--{flag}{str(e)[len('config: ' + field):]}") from e
+                raise UserInputError(f"--{flag.replace('_', '-')}{str(e)[len('config: ' + field):]}") from e
         raise

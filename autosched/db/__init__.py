@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autosched.db.base import LEASE_S, Claim, Database, TaskRow, display_name
+from autosched.db.base import LEASE_S, Claim, Database, Selection, TaskRow, display_name
 from autosched.db.leases import Leases
 from autosched.db.memory import MemoryDatabase
 from autosched.db.sql import SQLDatabase
@@ -24,5 +24,5 @@ def open_database(path_or_url: str | Database, create: bool = True) -> Database:
     return SQLDatabase(path_or_url, create=create)
 
 
-__all__ = ["LEASE_S", "Claim", "Database", "Leases", "MemoryDatabase", "SQLDatabase", "TaskRow", "display_name",
-           "open_database"]
+__all__ = ["LEASE_S", "Claim", "Database", "Leases", "MemoryDatabase", "SQLDatabase", "Selection", "TaskRow",
+           "display_name", "open_database"]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from autosched.db.leases import LEASE_S, Claim, Leases
@@ -21,6 +22,21 @@ class TaskRow:
     workload_json: str  # tvm.ir.save_json of the task's IRModule
     flops: float
     info: dict[str, Any]
+
+
+@dataclass
+class Selection:
+    """A task's schedule as chosen by timing the whole model (``deploy/in_model.py``): ``compile`` applies it
+    before the fastest record measured alone."""
+
+    task_key: str
+    target: str  # target JSON (the records' own)
+    record_id: int
+    model: str  # the model it was chosen in
+    in_model_s: float | None  # the kernel's seconds per inference inside that model (all its calls; None: not timed
+    # there, a light task)
+    model_s: float  # the model's latency with the combination this choice belongs to
+    created_at: float = field(default_factory=time.time)
 
 
 class Database(abc.ABC):
@@ -60,6 +76,14 @@ class Database(abc.ABC):
     def claims(self) -> list[Claim]:
         """The live (unexpired) claims."""
 
+    def select(self, selections: list[Selection]) -> None:
+        """Store schedules chosen inside a model, each replacing the task's earlier choice; atomic."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no in-model selections")
+
+    def selection(self, task_key: str) -> Selection | None:
+        """The task's schedule as chosen inside a model, if one was (None: compile takes its best record)."""
+        return None
+
     def leases(self) -> Leases:
         """This process's claims on the database: one holder (worker id, heartbeat) per Database object."""
         if "_leases" not in self.__dict__:
@@ -91,6 +115,13 @@ class Database(abc.ABC):
         ok = [r for r in self.records(task_key)
               if r.status is Status.OK and r.latencies_s and (target is None or r.target == target)]
         return min(ok, key=lambda r: r.latency_s, default=None)
+
+    def selected(self, task_key: str, target: str | None = None) -> TuningRecord | None:
+        """The record a model's end-to-end phase chose for the task (``select``), if it is still there."""
+        chosen = self.selection(task_key)
+        if chosen is None or (target is not None and chosen.target != target):
+            return None
+        return next((r for r in self.records(task_key) if r.record_id == chosen.record_id), None)
 
     def n_measured(self, task_key: str) -> int:
         """Candidates that were built and run (whatever the outcome); rejected-before-build ones do not count."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import optuna
 
-from autosched.db.base import LEASE_S, Claim, Database, TaskRow
+from autosched.db.base import LEASE_S, Claim, Database, Selection, TaskRow
 from autosched.records import TuningRecord
 
 
@@ -19,6 +19,7 @@ class MemoryDatabase(Database):
         self._storage = optuna.storages.InMemoryStorage()
         self._claims: dict[str, Claim] = {}
         self._claims_lock = threading.Lock()  # workers in threads: claim atomically
+        self._selections: dict[str, Selection] = {}
 
     def commit_task(self, task: TaskRow) -> None:
         self._tasks.setdefault(task.task_key, task)
@@ -30,6 +31,12 @@ class MemoryDatabase(Database):
 
     def records(self, task_key: str | None = None) -> list[TuningRecord]:
         return [r for r in self._records if task_key is None or r.task_key == task_key]
+
+    def select(self, selections: list[Selection]) -> None:
+        self._selections.update({s.task_key: s for s in selections})
+
+    def selection(self, task_key: str) -> Selection | None:
+        return self._selections.get(task_key)
 
     def tasks(self) -> list[TaskRow]:
         return list(self._tasks.values())

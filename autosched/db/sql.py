@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from autosched.db.base import LEASE_S, SCHEMA_VERSION, Claim, Database, TaskRow, display_name
+from autosched.db.base import LEASE_S, SCHEMA_VERSION, Claim, Database, Selection, TaskRow, display_name
 from autosched.errors import DatabaseError
 from autosched.records import Status, TuningRecord
 
@@ -66,6 +66,19 @@ claim_table = sa.Table(
     sa.Column("n_trials", sa.Integer, nullable=False),
 )
 
+# Schedules chosen inside a model (deploy/in_model.py), one per task (its key names its target). Like the claims,
+# created where missing on first write, so older databases gain it then; a database without it has no choices.
+selection_table = sa.Table(
+    "autosched_selections", _META,
+    sa.Column("task_key", sa.String(64), primary_key=True),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("record_id", sa.Integer, nullable=False),
+    sa.Column("model", sa.String(256), nullable=False),
+    sa.Column("in_model_s", sa.Float),  # NULL: not timed inside the model (a light task)
+    sa.Column("model_s", sa.Float, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -105,6 +118,7 @@ RELEASE_WAIT_S = 2  # ... and a claim's release (see SQLDatabase.release)
 
 class SQLDatabase(Database):
     _claims_ready = False  # the claims table is known to exist
+    _selections_ready = False  # ... and the selections table
 
     @property
     def display_name(self) -> str:
@@ -255,6 +269,37 @@ class SQLDatabase(Database):
         with self._errors(), self.engine.connect() as conn:
             row = conn.execute(query).mappings().first()
         return _to_record(row) if row else None
+
+    # --- selections (schedules chosen inside a model) ------------------------------------------------------
+    def select(self, selections: list[Selection]) -> None:
+        if not selections:
+            return
+        with self._errors():
+            _retry_while_another_creates(lambda: self._create(selection_table))
+        keys = [s.task_key for s in selections]
+        with self._errors(), self.engine.begin() as conn:  # one transaction: the whole combination or none of it
+            conn.execute(selection_table.delete().where(selection_table.c.task_key.in_(keys)))
+            conn.execute(selection_table.insert(), [vars(s) for s in selections])
+
+    def selection(self, task_key: str) -> Selection | None:
+        if not self._has_selections():
+            return None
+        query = sa.select(selection_table).where(selection_table.c.task_key == task_key)
+        with self._errors(), self.engine.connect() as conn:
+            row = conn.execute(query).mappings().first()
+        return Selection(**row) if row else None
+
+    def _has_selections(self) -> bool:
+        """Whether the selections table exists (read-only commands never create it)."""
+        if not self._selections_ready:  # looked up until it exists (another tuner may create it meanwhile)
+            with self._errors():
+                self._selections_ready = sa.inspect(self.engine).has_table(selection_table.name)
+        return self._selections_ready
+
+    def _create(self, table: sa.Table) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(sa.schema.CreateTable(table, if_not_exists=True))
+        self._selections_ready = True
 
     # --- claims (workers' leases on tasks) --------------------------------------------------------------------
     def _now(self) -> sa.ColumnElement[float]:

@@ -58,8 +58,8 @@ def default_schedule(mod: IRModule, target: Target) -> Any | None:
 
 
 def apply_database(fused: IRModule, target: Target, db: Database | None, default: bool = True,
-                   on_group: Callable[[int, int], None] | None = None, donors: dict[str, IRModule] | None = None
-                   ) -> tuple[IRModule, dict[str, str], dict[str, int], Counter]:
+                   on_group: Callable[[int, int], None] | None = None, donors: dict[str, IRModule] | None = None,
+                   chosen: dict[str, Any] | None = None) -> tuple[IRModule, dict[str, str], dict[str, int], Counter]:
     """Replace every fusion group by its best stored schedule (else a default one: on a GPU dlight's, where
     its rules apply, else the search space's).
 
@@ -70,8 +70,8 @@ def apply_database(fused: IRModule, target: Target, db: Database | None, default
     this group's sizes (``TraceSearchSpace.transfer``), where that is legal. Records measured with another TVM
     release, and those of tasks tuned for another target, are never applied. Returns (module, group -> tuned |
     transferred | default | unscheduled,
-    group -> thread count of a record borrowed that way, why records were skipped -> how many).
-    ``on_group(done, total)`` after each group (progress of a big model)."""
+    group -> thread count of a record borrowed that way, why records were skipped -> how many). ``chosen``: task key
+    -> the record to apply to that task's groups whatever the database holds (the end-to-end phase's trials)."""
     out = IRModule(fused.functions, attrs=fused.attrs) if fused.attrs else IRModule(fused.functions)
     space_version = settings_for(target).version
     alternatives = [(target, None)] + (other_thread_counts(target, [r.target for r in db.tasks()]) if db else [])
@@ -84,7 +84,7 @@ def apply_database(fused: IRModule, target: Target, db: Database | None, default
         if on_group is not None:
             on_group(done, len(groups))
         mod = group_module(group.func)
-        best, threads = _best_of_alternatives(db, mod, alternatives, space_version, skipped)
+        best, threads = _best_of_alternatives(db, mod, alternatives, space_version, skipped, chosen)
         sch = _replayed(mod, best, skipped) if best is not None else None
         sources[group.name] = TUNED
         if sch is None and donors is not None and group.name in donors:
@@ -200,8 +200,12 @@ def _records_of_other_targets(db: Database | None, usable: list[Target]) -> Coun
 
 
 def _best_of_alternatives(db: Database | None, mod: IRModule, alternatives: list[tuple[Target, int | None]],
-                          space_version: int, skipped: Counter) -> tuple[Any | None, int | None]:
-    """The best record of the first alternative target that has one, and that target's thread count."""
+                          space_version: int, skipped: Counter, chosen: dict[str, Any] | None = None
+                          ) -> tuple[Any | None, int | None]:
+    """The best record of the first alternative target that has one, and that target's thread count (``chosen``,
+    task key -> record, overrides the database for this target)."""
+    if chosen and (record := chosen.get(task_key(mod, alternatives[0][0], space_version))) is not None:
+        return record, None
     for candidate, threads in alternatives:
         best = _best_schedule_record(db, task_key(mod, candidate, space_version), target_json(candidate), skipped)
         if best is not None:
@@ -210,13 +214,17 @@ def _best_of_alternatives(db: Database | None, mod: IRModule, alternatives: list
 
 
 def _best_schedule_record(db: Database | None, key: str, tjson: str, skipped: Counter) -> Any | None:
-    """The task's best record measured with this TVM release (others are counted into ``skipped``), unless
+    """The record a model's end-to-end phase chose for the task (``Database.selected``), else the task's best
+    record measured with this TVM release (others are counted into ``skipped``), unless
     nothing but its untuned baseline was measured: a budget that ran out after the baselines must not leave
     the group unscheduled (the default schedule is 5-10x faster). Where a schedule was measured and the
     baseline still won (a tiny transpose), the baseline is the best record."""
     from autosched._tvm import TVM_VERSION
     from autosched.session import same_release
 
+    chosen = db.selected(key, tjson) if db is not None else None  # chosen inside the model: it comes first
+    if chosen is not None and same_release(chosen.tvm_version, TVM_VERSION):
+        return chosen
     best = db.best(key, tjson) if db is not None else None
     if best is None or (best.trace_json is not None and same_release(best.tvm_version, TVM_VERSION)):
         return best  # the common case: one query, no scan of the task's records
@@ -333,20 +341,22 @@ class CompiledModel:
 
 def compile_model(model: Model, target: Target, db: Database | None = None, default_schedules: bool = True,
                   fused: IRModule | None = None, on_progress: Callable[[str], None] | None = None,
-                  donor: IRModule | None = None, cuda_graph: bool = False) -> CompiledModel:
+                  donor: IRModule | None = None, cuda_graph: bool = False,
+                  chosen: dict[str, Any] | None = None) -> CompiledModel:
     """Graph rewrites, the database's best schedules (default ones for the rest; on a GPU dlight's where there
     is neither), then TVM's build. ``fused``: the model already through ``rewrite`` for this target (saves doing
     it again). ``donor``: the same model at other sizes, through ``rewrite``: its groups' records are refitted
     to the groups here that have none (``apply_database``). ``cuda_graph`` (a GPU build): the VM captures the
     model's static-shape kernel launches as CUDA graphs on the first call and replays them after (TVM's
-    ``RewriteCUDAGraph``), one launch instead of one per kernel.
+    ``RewriteCUDAGraph``), one launch instead of one per kernel. ``chosen``: task key -> the record to apply there
+    instead of the database's (``apply_database``).
     ``on_progress(detail)``: how far it is, for a progress display."""
     fused = fused if fused is not None else rewrite(model.mod, target)
     say = on_progress or (lambda detail: None)
     donors = same_groups(fusion_groups(fused), fusion_groups(donor)) if donor is not None else None
     scheduled, sources, borrowed, skipped = apply_database(
         fused, target, db, default_schedules, lambda done, total: say(f"schedules of {done}/{total} fusion groups"),
-        donors)
+        donors, chosen)
     foreign: dict[str, str] = {}
     if db is not None and not is_gpu(target):  # records of other CPUs, for groups with none of this one's
         from autosched.scheduler.foreign import adopt_foreign_schedules

@@ -12,7 +12,9 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from typing import Any
 
 from autosched._tvm import PopenPoolExecutor
 from autosched.config import resolve_threads
@@ -80,6 +82,18 @@ class _Pool:
             pool._shutdown = True
             with contextlib.suppress(Exception):
                 pool._threadpool.shutdown(wait=False)
+
+
+@contextlib.contextmanager
+def isolated(timeout_s: float, n_threads: int | None = None) -> Iterator[Callable[..., Any]]:
+    """A worker process of its own (TVM's popen pool) with ``n_threads`` CPU threads: ``call(fn, *args)`` runs
+    ``fn(*args)`` there, ended after ``timeout_s``, and returns its result or raises its error here (a timeout:
+    TimeoutError; a crash: ChildProcessError). The worker ends with the context."""
+    pool = _Pool(1, timeout_s, n_threads)
+    try:
+        yield lambda fn, *args: pool.submit(fn, *args).result()
+    finally:
+        pool.close()
 
 
 class LocalBuilder(Builder):

@@ -274,3 +274,186 @@ def run_remote(
     lib = sess.load_module(os.path.basename(lib_path))
     return measure(lib, sess.device(device, 0), _load_io(io_path), n_outputs, _timed_spec(lib_path), repeat,
                    min_repeat_ms, rtol, atol, check, cutoff_s, flush_cache)
+
+
+SKIP_RUN = 1  # tvm.runtime.vm.VMInstrumentReturnKind: the hook ran the call itself
+
+
+def time_in_model(model_path: str, entry: str, io_path: str, plan_path: str, n_rounds: int,
+                  seed: int = 0) -> dict[str, list[list[float]]]:
+    """Time kernel variants inside a model: the VM's instrument hook runs each planned kernel call itself, with
+    the model's own version (variant 0) or another schedule of the same kernel, so each variant reads what the
+    model's previous kernel just wrote, with the model's weights and caches around it. Each inference gives every
+    planned kernel one variant (in turn, shuffled per kernel); ``n_rounds`` inferences. Returns per kernel symbol,
+    per variant, the seconds per inference (all its calls) of each inference it ran in. ``plan_path`` (JSON):
+    {symbol: {"variants": [library path per variant after the model's own], "calls": [[constant positions] per
+    call]}, "constants": npz path}, the npz holding each call's constant arguments as ``symbol|call|position``;
+    a symbol the model calls another number of times than planned is left out of the result."""
+    import json
+
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    dev = tvm.cpu(0)
+    vm = relax.VirtualMachine(tvm.runtime.load_module(model_path), dev)
+    io = _load_io(io_path)
+    inputs = [tvm.runtime.tensor(io[f"in{i}"], dev) for i in range(sum(k.startswith("in") for k in io))]
+    with open(plan_path) as f:
+        plan = json.load(f)
+    constants = _load_io(plan.pop("constants"))
+    kernels = {sym: _Variants(sym, spec, constants, dev) for sym, spec in plan.items()}
+    rng = np.random.default_rng(seed)
+
+    by_symbol: dict[str, _Variants | None] = {}  # a group's kernel is called "<group>_prepacked" where the build
+    # laid its weights out ahead of time
+
+    def hook(func: Any, symbol: str, before: bool, ret: Any, *args: Any) -> int:
+        if not before:
+            return 0
+        if symbol not in by_symbol:
+            by_symbol[symbol] = kernels.get(symbol, kernels.get(symbol.removesuffix("_prepacked")))
+        kernel = by_symbol[symbol]
+        if kernel is None:
+            return 0
+        kernel.call(func, args)
+        return SKIP_RUN
+
+    vm.set_instrument(hook)
+    _drop_wrong_variants(vm, entry, inputs, kernels)
+    order = {sym: [] for sym in kernels}
+    for r in range(n_rounds + 1):  # the first inference warms every variant's first call (not kept)
+        for sym, k in kernels.items():
+            if not order[sym]:
+                order[sym] = [v for v in rng.permutation(len(k.fns)) if k.fns[v] is not False]
+            k.start(int(order[sym].pop()) if r else 0)
+        vm[entry](*inputs)
+        for k in kernels.values():
+            k.finish(keep=r > 0)
+    vm.set_instrument(None)
+    return {sym: k.samples for sym, k in kernels.items() if k.consistent}
+
+
+def _drop_wrong_variants(vm: Any, entry: str, inputs: list[Any], kernels: dict[str, _Variants],
+                         rtol: float = 1e-3, atol: float = 1e-4) -> None:
+    """Run the model once per variant, that variant alone in place of its kernel, and leave out every variant
+    whose model outputs differ from the model's own (its weights laid out wrong, say): it is never timed."""
+    import tvm
+
+    def flat(out: Any) -> list[Any]:
+        return [out.numpy()] if isinstance(out, tvm.runtime.Tensor) else [a for o in out for a in flat(o)]
+
+    def run() -> list[Any]:
+        return flat(vm[entry](*inputs))
+
+    for k in kernels.values():
+        k.start(0)
+    want = run()
+    for k in kernels.values():
+        k.finish(keep=False)
+    for kernel in kernels.values():
+        for variant in range(1, len(kernel.fns)):
+            for k in kernels.values():
+                k.start(variant if k is kernel else 0)
+            got = run()
+            for k in kernels.values():
+                k.finish(keep=False)
+            if any(_compare(g, w, rtol, atol) for g, w in zip(got, want, strict=True)):
+                kernel.fns[variant] = False  # never run again
+
+
+def profile_model(model_path: str, entry: str, io_path: str, n_runs: int) -> dict[str, float]:
+    """Each kernel symbol the model calls -> its seconds per inference (all its calls), timed inside the model
+    by the VM's instrument hook over ``n_runs`` inferences after a warm-up (the VM's own builtins left out)."""
+    import tvm
+    from tvm import relax
+
+    dev = tvm.cpu(0)
+    vm = relax.VirtualMachine(tvm.runtime.load_module(model_path), dev)
+    io = _load_io(io_path)
+    inputs = [tvm.runtime.tensor(io[f"in{i}"], dev) for i in range(sum(k.startswith("in") for k in io))]
+    vm[entry](*inputs)
+    totals: dict[str, float] = {}
+
+    def hook(func: Any, symbol: str, before: bool, ret: Any, *args: Any) -> int:
+        if not before or symbol.startswith("vm.builtin."):
+            return 0
+        start = time.perf_counter()
+        func(*args)
+        totals[symbol] = totals.get(symbol, 0.0) + time.perf_counter() - start
+        return SKIP_RUN
+
+    vm.set_instrument(hook)
+    for _ in range(n_runs):
+        vm[entry](*inputs)
+    vm.set_instrument(None)
+    return {symbol: seconds / n_runs for symbol, seconds in totals.items()}
+
+
+class _Variants:
+    """One kernel symbol of a model and its variants: the model's own call (0) and other schedules' libraries,
+    each with the call's constant arguments (the weights) laid out as that schedule reads them."""
+
+    def __init__(self, symbol: str, spec: dict, constants: dict[str, Any], dev: Any):
+        import tvm
+
+        self.fns: list[Any] = [None]  # None: the model's own function, as the hook receives it
+        self.args: list[list[dict[int, Any]]] = [[{} for _ in spec["calls"]]]
+        for path in spec["variants"]:
+            lib, timed = tvm.runtime.load_module(path), _timed_spec(path)
+            self.fns.append(lib[TIMED] if timed else lib["main"])
+            per_call = []
+            for call, positions in enumerate(spec["calls"]):
+                weights = {p: tvm.runtime.tensor(constants[f"{symbol}|{call}|{p}"], dev) for p in positions}
+                if timed:  # the weights laid out by this schedule's own prepacking
+                    packed = _prepacked(lib, timed, [weights.get(i) for i in range(max(positions) + 1)], dev)
+                    weights = {p: packed[p] for p in positions}
+                per_call.append(weights)
+            self.args.append(per_call)
+        self.n_calls = len(spec["calls"])
+        self.samples: list[list[float]] = [[] for _ in self.fns]
+        self.consistent = True
+        self.variant, self.call_index, self.seconds = 0, 0, 0.0
+
+    def start(self, variant: int) -> None:
+        self.variant, self.call_index, self.seconds = variant, 0, 0.0
+
+    def call(self, own: Any, args: tuple) -> None:
+        if self.call_index >= self.n_calls:  # more calls than the plan knows: timings of this kernel unusable
+            self.consistent = False
+            own(*args)
+            return
+        fn, replaced = self.fns[self.variant] or own, self.args[self.variant][self.call_index]
+        call_args = [replaced.get(i, a) for i, a in enumerate(args)]
+        start = time.perf_counter()
+        fn(*call_args)
+        self.seconds += time.perf_counter() - start
+        self.call_index += 1
+
+    def finish(self, keep: bool) -> None:
+        self.consistent = self.consistent and self.call_index == self.n_calls
+        if keep:
+            self.samples[self.variant].append(self.seconds)
+
+
+def time_models(model_paths: list[str], entry: str, io_path: str, n_rounds: int,
+                min_round_ms: int) -> list[list[float]]:
+    """Whole inferences of each model on the same inputs (TVM's timer on each VM), in interleaved rounds: per
+    model, ``n_rounds`` samples of seconds per inference."""
+    import tvm
+    from tvm import relax
+
+    dev = tvm.cpu(0)
+    io = _load_io(io_path)
+    inputs = [tvm.runtime.tensor(io[f"in{i}"], dev) for i in range(sum(k.startswith("in") for k in io))]
+    timers = []
+    for path in model_paths:
+        vm = relax.VirtualMachine(tvm.runtime.load_module(path), dev)
+        vm[entry](*inputs)  # warm-up
+        timers.append(vm.time_evaluator(entry, dev, number=1, repeat=1, min_repeat_ms=min_round_ms))
+    samples: list[list[float]] = [[] for _ in model_paths]
+    for _ in range(n_rounds):
+        for timer, out in zip(timers, samples, strict=True):
+            timer(*inputs)  # settle after the other model
+            out.append(timer(*inputs).mean)
+    return samples

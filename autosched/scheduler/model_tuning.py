@@ -76,6 +76,7 @@ class ModelTuneResult:
     n_new: int  # measurements after the baselines (default schedules and search trials)
     unmeasured: list[Task] = field(default_factory=list)  # no baseline: out of time, or no reference build
     out_of_time: bool = False  # the time budget ended the run (not the trial budget or exhausted spaces)
+    in_model: Any = None  # deploy.in_model.InModelResult: the end-to-end phase's figures (None: not run)
 
     @property
     def untuned_s(self) -> float:
