@@ -1,7 +1,8 @@
 """The model corpus: real architectures from the libraries users take them from, built in code.
 
-torchvision, timm and Hugging Face transformers models (from their configs) plus small recurrent models, all
-with seeded random weights: nothing is downloaded, no pretrained weight is ever used. ``size="full"`` is the
+torchvision, timm, Hugging Face transformers, diffusers and segmentation-models-pytorch models (from their configs;
+the last four families in ``builders``) plus small recurrent models, all with seeded random weights: nothing is
+downloaded, no pretrained weight is ever used. ``size="full"`` is the
 real model (224x224 images, sequence 128, real widths and depths, batch 1); ``size="small"`` runs the same
 architecture code with fewer classes, a lower resolution, a shorter sequence and (where the constructor takes
 them) narrower or shallower stages, so that a test imports and compiles it in seconds.
