@@ -1,7 +1,8 @@
 """The model corpus: real architectures from the libraries users take them from, built in code.
 
-torchvision, timm and Hugging Face transformers models (from their configs) plus small recurrent models, all
-with seeded random weights: nothing is downloaded, no pretrained weight is ever used. ``size="full"`` is the
+torchvision, timm, Hugging Face transformers, diffusers and segmentation-models-pytorch models (from their configs;
+the last four families in ``builders``) plus small recurrent models, all with seeded random weights: nothing is
+downloaded, no pretrained weight is ever used. ``size="full"`` is the
 real model (224x224 images, sequence 128, real widths and depths, batch 1); ``size="small"`` runs the same
 architecture code with fewer classes, a lower resolution, a shorter sequence and (where the constructor takes
 them) narrower or shallower stages, so that a test imports and compiles it in seconds.
@@ -15,14 +16,14 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import re
-import sys
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autosched.corpus import builders
+from autosched.corpus.libraries import _timm, _torch, _torchvision, _transformers, import_library  # noqa: F401 (re-exported)
 from autosched.errors import UnknownNameError, UserInputError
 
 log = logging.getLogger("autosched.corpus")
@@ -37,83 +38,9 @@ class CorpusEntry:
 
     name: str
     family: str  # cnn | mobile-cnn | vision-transformer | transformer-encoder | decoder | encoder-decoder | ...
-    library: str  # torchvision | timm | transformers | torch
+    library: str  # torchvision | timm | transformers | diffusers | segmentation_models_pytorch | torch
     build: Callable[[str], tuple[Any, tuple]]
     input_names: tuple[str, ...] = ("x",)
-
-
-# --- optional libraries ----------------------------------------------------------------------------------
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError as err:
-        raise UserInputError("the model corpus needs PyTorch: pip install 'autosched[torch,corpus]'") from err
-    return torch
-
-
-_torchvision_placeholders: Any = None  # the torch.library.Library holding torchvision's placeholder schemas
-
-
-def _torchvision() -> Any:
-    """Import torchvision. A torchvision wheel built for another torch variant (the CUDA torchvision next to
-    the CPU torch) fails on import with "operator torchvision::nms does not exist": its C extension does not
-    load, and registering the fake implementations of its detection operators needs their schemas. The
-    classification and segmentation models are pure Python and never call those operators, so each missing
-    ``torchvision::<op>`` schema is defined (a placeholder signature) and the import retried. timm and
-    transformers import torchvision too (where it is installed), so they must come after this."""
-    if "torchvision" in sys.modules and hasattr(sys.modules["torchvision"], "models"):
-        return sys.modules["torchvision"]
-    torch = _torch()
-    global _torchvision_placeholders
-    for _ in range(32):
-        try:
-            import torchvision
-
-            return torchvision
-        except ImportError as err:
-            raise UserInputError("this corpus model needs torchvision: pip install 'autosched[corpus]'") from err
-        except RuntimeError as err:
-            missing = re.search(r"operator torchvision::(\w+) does not exist", str(err))
-            if missing is None:
-                raise
-            if _torchvision_placeholders is None:  # kept for the process: a collected Library drops its schemas
-                _torchvision_placeholders = torch.library.Library("torchvision", "FRAGMENT")
-            _torchvision_placeholders.define(f"{missing.group(1)}(Tensor x) -> Tensor")
-            log.debug("torchvision: defined a placeholder schema for torchvision::%s", missing.group(1))
-            for key in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
-                del sys.modules[key]
-    raise UserInputError("torchvision cannot be imported next to this PyTorch build: install matching versions")
-
-
-def _timm() -> Any:
-    _torchvision()
-    try:
-        import timm
-    except ImportError as err:
-        raise UserInputError("this corpus model needs timm: pip install 'autosched[corpus]'") from err
-    return timm
-
-
-def _transformers() -> Any:
-    import importlib.util
-
-    if importlib.util.find_spec("torchvision") is not None:  # transformers imports it if it is installed
-        _torchvision()
-    try:
-        import transformers
-    except ImportError as err:
-        raise UserInputError("this corpus model needs transformers: pip install 'autosched[corpus]'") from err
-    transformers.logging.set_verbosity_error()
-    return transformers
-
-
-def import_library(library: str) -> Any:
-    """The library a corpus entry comes from (``CorpusEntry.library``), imported the way the corpus needs it;
-    ``UserInputError`` when it is not installed."""
-    loaders = {"torch": _torch, "torchvision": _torchvision, "timm": _timm, "transformers": _transformers}
-    if library not in loaders:
-        raise UnknownNameError("corpus library", library, list(loaders))
-    return loaders[library]()
 
 
 # --- torchvision -----------------------------------------------------------------------------------------
@@ -346,6 +273,11 @@ def _entries() -> list[CorpusEntry]:
         CorpusEntry("gpt2", "decoder", "transformers", _gpt2, ("input_ids",)),
         CorpusEntry("t5", "encoder-decoder", "transformers", _t5, (*text, "decoder_input_ids")),
         CorpusEntry("hf_vit", "vision-transformer", "transformers", _hf_vit, ("pixel_values",)),
+        CorpusEntry("whisper_encoder", "speech-encoder", "transformers", builders.whisper_encoder, ("input_features",)),
+        CorpusEntry("timm_swin_tiny", "vision-transformer", "timm", builders.swin),
+        CorpusEntry("sd_unet", "diffusion", "diffusers", builders.diffusion_unet,
+                    ("sample", "timestep", "encoder_hidden_states")),
+        CorpusEntry("smp_unet_resnet34", "segmentation", "segmentation_models_pytorch", builders.segmentation_unet),
         CorpusEntry("lstm", "recurrent", "torch", _recurrent("LSTM"), ("input_ids",)),
         CorpusEntry("gru", "recurrent", "torch", _recurrent("GRU"), ("input_ids",)),
     ]
