@@ -61,7 +61,7 @@ def _log_databases(shipped: Path, baseline: str, work: Path) -> tuple[dict[str, 
     from autosched.db import open_database
     from autosched.db.transfer import import_jsonl, read_jsonl
 
-    tasks, records = read_jsonl(shipped)
+    tasks, records, _ = read_jsonl(shipped)
     mcpu = {t.target: json.loads(t.target).get("mcpu", "?") for t in tasks}
     parts = {"all": lambda t: True, "baseline": lambda t: mcpu[t] == baseline,
              "other": lambda t: mcpu[t] != baseline}

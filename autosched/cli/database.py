@@ -127,8 +127,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from autosched.db.transfer import import_jsonl, read_jsonl
 
-    tasks, records = read_jsonl(Path(args.file))  # fully validated before the database is opened
+    tasks, records, selections = read_jsonl(Path(args.file))  # fully validated before the database is opened
     with open_database(args.db) as db:
-        n_tasks, n_records = import_jsonl(db, tasks, records)
+        n_tasks, n_records = import_jsonl(db, tasks, records, selections)
     out.print(f"imported {n_tasks} new tasks and {n_records} new records into {display_name(args.db)}")
     return 0

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from autosched.db.base import SCHEMA_VERSION, Database, TaskRow
+from autosched.db.base import SCHEMA_VERSION, Database, Selection, TaskRow
 from autosched.errors import UserInputError
 from autosched.records import TuningRecord, schedule_key
 
@@ -28,12 +28,27 @@ def export_jsonl(db: Database, path: Path) -> tuple[int, int]:
                 f.write(json.dumps({"task": asdict(t)}) + "\n")
             for r in records:
                 f.write(json.dumps({"record": r.to_json()}) + "\n")
+            for chosen in _selections(db, tasks, records):
+                f.write(json.dumps({"selection": chosen}) + "\n")
     except OSError as err:
         raise UserInputError(f"cannot write {path} ({err.strerror}): pick another -o path") from err
     return len(tasks), len(records)
 
 
-def read_jsonl(path: Path) -> tuple[list[TaskRow], list[TuningRecord]]:
+def _selections(db: Database, tasks: list[TaskRow], records: list[TuningRecord]) -> list[dict]:
+    """The tasks' in-model choices (``Database.selection``), each naming its record by its task, creation time and
+    decisions (record ids are the database's own)."""
+    by_id = {r.record_id: r for r in records}
+    out = []
+    for t in tasks:
+        chosen = db.selection(t.task_key)
+        if chosen is not None and (rec := by_id.get(chosen.record_id)) is not None:
+            out.append({**asdict(chosen), "record_id": None, "record_created_at": rec.created_at,
+                        "record_decisions": rec.decisions})
+    return out
+
+
+def read_jsonl(path: Path) -> tuple[list[TaskRow], list[TuningRecord], list[dict]]:
     try:
         with _open(path, "r") as f:
             lines = f.read().splitlines()
@@ -46,11 +61,13 @@ def read_jsonl(path: Path) -> tuple[list[TaskRow], list[TuningRecord]]:
         if header.get("schema_version") != SCHEMA_VERSION:
             raise UserInputError(f"{path} has schema version {header.get('schema_version')}, "
                                  f"this autosched reads {SCHEMA_VERSION}")
-        tasks, records = [], []
+        tasks, records, selections = [], [], []
         for line in lines[1:]:
             item = json.loads(line)
             if "task" in item:
                 tasks.append(TaskRow(**item["task"]))
+            elif "selection" in item:
+                selections.append(_checked_selection(item["selection"]))
             else:
                 records.append(TuningRecord.from_json(item["record"]))
     except (ValueError, KeyError, TypeError) as err:
@@ -59,17 +76,48 @@ def read_jsonl(path: Path) -> tuple[list[TaskRow], list[TuningRecord]]:
     orphans = {r.task_key for r in records} - known
     if orphans:
         raise UserInputError(f"{path} has records of tasks it does not contain: {sorted(orphans)[:3]}")
-    return tasks, records
+    return tasks, records, selections
 
 
-def import_jsonl(db: Database, tasks: list[TaskRow], records: list[TuningRecord]) -> tuple[int, int]:
+_SELECTION_FIELDS = {"task_key": str, "target": str, "model": str, "model_s": float, "created_at": float,
+                     "record_created_at": float, "record_decisions": list}
+
+
+def _checked_selection(item: dict) -> dict:
+    """An export's selection line with every field it needs, of its type (else ValueError)."""
+    for name, kind in _SELECTION_FIELDS.items():
+        value = item.get(name)
+        if not isinstance(value, kind) and not (kind is float and isinstance(value, int)):
+            raise ValueError(f"selection field {name!r} is {value!r}")
+    if item.get("in_model_s") is not None and not isinstance(item["in_model_s"], int | float):
+        raise ValueError(f"selection field 'in_model_s' is {item['in_model_s']!r}")
+    return dict(item)
+
+
+def import_jsonl(db: Database, tasks: list[TaskRow], records: list[TuningRecord],
+                 selections: list[dict] = ()) -> tuple[int, int]:
     existing_tasks = {t.task_key for t in db.tasks()}
     for t in tasks:
         db.commit_task(t)
     have = {(r.task_key, schedule_key(r.decisions), r.created_at) for r in db.records()}
     new = [r for r in records if (r.task_key, schedule_key(r.decisions), r.created_at) not in have]
     db.commit(new)
+    _import_selections(db, selections)
     return len({t.task_key for t in tasks} - existing_tasks), len(new)
+
+
+def _import_selections(db: Database, selections: list[dict]) -> None:
+    """The export's in-model choices, each pointed at the record it names in ``db``."""
+    chosen = []
+    for sel in selections:
+        named = (sel["record_created_at"], schedule_key(sel["record_decisions"]))
+        rec = next((r for r in db.records(sel["task_key"]) if (r.created_at, schedule_key(r.decisions)) == named),
+                   None)
+        if rec is not None:
+            fields = {k: sel[k] for k in ("task_key", "target", "model", "in_model_s", "model_s", "created_at")}
+            chosen.append(Selection(**fields, record_id=rec.record_id))
+    if chosen:
+        db.select(chosen)
 
 
 def open_export(path: str, create: bool) -> Database:

@@ -127,7 +127,7 @@ def tune_in_model(session: Any, model: Any, fused: Any, states: list[TaskState],
     before_s, new_s = float(statistics.median(before_rounds)), float(statistics.median(new_rounds))
     kept_new = new_s < before_s * (1 - NOISE / 2)
     kept = new if kept_new else {**{k: b for k, t in tasks.items() if (b := _best(db, t)) is not None}, **before}
-    model_s = new_s if kept_new else before_s
+    model_s, in_model = (new_s, in_model) if kept_new else (before_s, profile)
     db.select([Selection(k, rec.target, rec.record_id, model.name, in_model.get(k), model_s)
                for k, rec in kept.items() if rec.record_id is not None])
     changed = [tasks[k].name for k, rec in kept.items()

@@ -85,6 +85,9 @@ def test_tune_compile_run_end_to_end(onnx_file, tmp_path, capsys):
     assert main(["tune", *common, "--trials", "3", "--batch", "2", "--cost-model", "none", "--db", str(db)]) == 0
     out = capsys.readouterr()
     assert "estimated kernel time per inference" in out.out and "2 tasks" in out.err
+    assert "model latency, measured (whole inference, TVM's timer): " in out.out  # the end-to-end phase ran
+    with open_database(str(db), create=False) as tuned:  # and left its choice for compile
+        assert all(tuned.selected(t.task_key, t.target) is not None for t in tuned.tasks())
     assert main(["compile", *common, "--db", str(db), "-o", str(lib)]) == 0
     assert "2 tuned" in capsys.readouterr().out and lib.exists() and (tmp_path / "mlp.so.json").exists()
     assert main(["run", *common, "--db", str(db), "--repeat", "2", "--profile", "5"]) == 0

@@ -140,7 +140,7 @@ def test_export_import_gzip(db, tmp_path):
     path = tmp_path / "x.jsonl.gz"
     export_jsonl(db, path)
     assert path.read_bytes()[:2] == b"\x1f\x8b"
-    tasks, records = read_jsonl(path)
+    tasks, records, _ = read_jsonl(path)
     assert len(tasks) == 1 and records[0].latency_s == 1e-3
 
 

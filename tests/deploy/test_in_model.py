@@ -76,6 +76,23 @@ def test_a_selection_replaces_the_earlier_one_and_an_older_database_gains_the_ta
     assert again.selection(task.key).in_model_s == 2.0 and again.selected(task.key, "another target") is None
 
 
+def test_an_export_carries_the_selection_and_an_import_points_it_at_the_same_schedule(tmp_path):
+    from autosched.db import TaskRow
+    from autosched.db.transfer import export_jsonl, import_jsonl, read_jsonl
+
+    db, task = MemoryDatabase(), op_task("matmul", (16, 16, 16), make_target("llvm", 1), 1)
+    db.commit_task(TaskRow(task.key, task.name, task.target_json, 1, "{}", 1.0, {}))
+    db.commit([_record(task, 1.0, [1]), _record(task, 2.0, [2])])
+    db.select([Selection(task.key, task.target_json, db.records()[1].record_id, "m", 2.5, 3.0)])
+    export_jsonl(db, tmp_path / "x.jsonl")
+    other = open_database(str(tmp_path / "other.db"))
+    other.commit_task(TaskRow(task.key, task.name, task.target_json, 1, "{}", 1.0, {}))
+    other.commit([_record(task, 9.0, [9])])  # ids differ from the exporter's
+    import_jsonl(other, *read_jsonl(tmp_path / "x.jsonl"))
+    assert other.selected(task.key, task.target_json).decisions == [2]
+    assert other.selection(task.key).in_model_s == 2.5
+
+
 # --- for real: a tiny CNN ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tuned_cnn(tmp_path_factory):
