@@ -229,6 +229,10 @@ def test_report_of_a_model_run(model_report):
     e2e = data["end_to_end"]
     assert e2e["final_s"] == pytest.approx(sum(t["weight"] * t["best"]["latency_s"] for t in tasks))
     assert e2e["untuned_s"] and e2e["final_s"] <= e2e["untuned_s"] and fmt_s(e2e["final_s"]) in page
+    [measured] = e2e["measured"]  # the run's end-to-end phase: the model's own latency beside the estimate
+    assert measured["model"] == "tiny_mlp" and measured["n_tasks"] == len(tasks)
+    assert "Measured inside the model" in page and fmt_s(measured["model_s"]) in page
+    assert all(t["in_model"]["in_model_s"] > 0 for t in tasks)  # each task's kernels, timed inside the model
     split = data["time_split"]
     assert split["n_timed"] == split["n_trials"] > 0  # every searched trial has its time split
     assert split["search_s"] > 0 and split["build_s"] > 0 and split["measure_s"] > 0

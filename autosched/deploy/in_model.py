@@ -201,7 +201,7 @@ def _time_variants(session: Any, call: Callable, tasks: dict[str, Any], variants
                    ) -> dict[str, tuple[TuningRecord, float]]:
     """Each task -> (its variant fastest inside the model, that variant's seconds per inference there); the
     incumbent's own schedule for a task is its variant 0 (what the model was built with)."""
-    sites = call_sites(fused)
+    sites = call_sites(fused, incumbent.entry)
     symbols = {name: key for name, key in incumbent.keys.items() if key in variants}
     plan, constants, libraries = {}, {}, {}
     for name, key in symbols.items():
@@ -252,12 +252,12 @@ def _build_variants(session: Any, task: Any, records: list[TuningRecord]) -> lis
     return out
 
 
-def call_sites(fused: Any) -> dict[str, list[dict[int, np.ndarray]]]:
-    """Each fusion group -> per call in the model's order, its constant arguments (position -> array): the
-    weights the variants of its kernel are given (laid out their own way)."""
+def call_sites(fused: Any, entry: str = "main") -> dict[str, list[dict[int, np.ndarray]]]:
+    """Each fusion group -> per call of the ``entry`` function in the model's order, its constant arguments
+    (position -> array): the weights the variants of its kernel are given (laid out their own way)."""
     out: dict[str, list[dict[int, np.ndarray]]] = {}
     bound: dict[Any, Any] = {}
-    for block in fused["main"].body.blocks:
+    for block in fused[entry].body.blocks:
         for binding in block.bindings:
             value = bound[binding.var] = binding.value
             if not isinstance(value, relax.Call) or getattr(value.op, "name", None) != "relax.call_tir":
