@@ -43,7 +43,7 @@ def gbps(n_bytes: float, seconds: float) -> float:
     return n_bytes / seconds / 1e9 if 0 < seconds < float("inf") else float("nan")
 
 
-def _copy_s(src: np.ndarray, dst: np.ndarray, pool: ThreadPoolExecutor, n_threads: int) -> float:
+def timed_copy(src: np.ndarray, dst: np.ndarray, pool: ThreadPoolExecutor, n_threads: int) -> float:
     """Seconds for ``n_threads`` threads to copy their contiguous slices of ``src`` into ``dst`` (numpy's copy
     releases the GIL: the threads copy at once)."""
     bounds = np.linspace(0, src.size, n_threads + 1).astype(np.int64)
@@ -61,8 +61,8 @@ def copy_bandwidth(n_threads: int = 1, n_bytes: int = COPY_BYTES) -> float:
     src = np.ones(n_bytes // 4, np.float32)
     dst = np.empty_like(src)
     with ThreadPoolExecutor(n_threads) as pool:
-        _copy_s(src, dst, pool, n_threads)  # touches every page of dst
-        best_s = min(_copy_s(src, dst, pool, n_threads) for _ in range(COPY_REPEATS))
+        timed_copy(src, dst, pool, n_threads)  # touches every page of dst
+        best_s = min(timed_copy(src, dst, pool, n_threads) for _ in range(COPY_REPEATS))
     rate = 2 * src.nbytes / best_s
     log.info("copy bandwidth at %d thread(s): %.1f GB/s (%d MiB copied)", n_threads, rate / 1e9, n_bytes >> 20)
     return rate

@@ -28,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -331,9 +332,10 @@ def glue_kernels(task, args) -> tuple[dict, dict]:
                      "trials": result.n_new, "best_design": result.best.params.get("design")}
 
 
-def time_streaming(task, kernels: dict, repeat: int) -> dict[str, float]:
+def time_streaming(task, kernels: dict, repeat: int, threads: int) -> dict[str, float]:
     """Median seconds per call of each kernel (checked against the untuned build first), each call on the next of
-    enough copies of the buffers to stream ``STREAM_BYTES``, interleaved rounds."""
+    enough copies of the buffers to stream ``STREAM_BYTES``, and of a copy of as many bytes ("copy"), interleaved
+    rounds."""
     import itertools
 
     import numpy as np
@@ -356,7 +358,23 @@ def time_streaming(task, kernels: dict, repeat: int) -> dict[str, float]:
             continue
         turn = itertools.cycle(copies)
         calls[name] = lambda fn=fn, turn=turn: fn(*next(turn))
-    return {k: statistics.median(v) for k, v in time_interleaved(calls, repeat, min_round_s=0.05).items()}
+    with ThreadPoolExecutor(threads) as pool:
+        calls["copy"] = _copy_call(task.n_bytes, n_copies, pool, threads)
+        return {k: statistics.median(v) for k, v in time_interleaved(calls, repeat, min_round_s=0.05).items()}
+
+
+def _copy_call(n_bytes: int, n_copies: int, pool, threads: int):
+    """A threaded copy moving ``n_bytes`` (half read, half written), on the next of ``n_copies`` buffer pairs each
+    call: the copy bandwidth at this moment, on buffers as the kernels' (``autosched.bandwidth.copy_bandwidth``)."""
+    import itertools
+
+    import numpy as np
+
+    from autosched.bandwidth import timed_copy
+
+    pairs = [(np.ones(n_bytes // 8, np.float32), np.ones(n_bytes // 8, np.float32)) for _ in range(n_copies)]
+    turn = itertools.cycle(pairs)
+    return lambda: timed_copy(*next(turn), pool, threads)
 
 
 def bench_glue(name: str, args, copy_Bps: float) -> dict:
@@ -364,15 +382,17 @@ def bench_glue(name: str, args, copy_Bps: float) -> dict:
 
     task = glue_task(name, make_target("llvm", args.threads))
     kernels, tuning = glue_kernels(task, args)
-    times = time_streaming(task, kernels, args.repeat)
+    times = time_streaming(task, kernels, args.repeat, args.threads)
+    copy_s = times.pop("copy")
     row = {"workload": name, "shapes": GLUE[name][0], "graph": GLUE[name][1], "task": task.name,
-           "pattern": task.info.get("pattern"), "bytes": task.n_bytes, **tuning, "copy_gbps": copy_Bps / 1e9}
+           "pattern": task.info.get("pattern"), "bytes": task.n_bytes, **tuning, "copy_gbps": copy_Bps / 1e9,
+           "copy_here_s": copy_s, "copy_here_gbps": task.n_bytes / copy_s / 1e9}
     for key, seconds in times.items():
         row[f"{key}_s"], row[f"{key}_gbps"] = seconds, task.n_bytes / seconds / 1e9
     best = min((k for k in ("default", "searched") if k in times), key=times.get)  # compile takes the faster
     row["tuned_s"], row["tuned_gbps"] = times[best], task.n_bytes / times[best] / 1e9
     print(f"  {name}: {task.name}, {task.n_bytes / 1e6:.1f} MB, " + ", ".join(
-        f"{k} {row[f'{k}_gbps']:.1f} GB/s" for k in (*times, "tuned")), flush=True)
+        f"{k} {row[f'{k}_gbps']:.1f} GB/s" for k in (*times, "tuned", "copy_here")), flush=True)
     return row
 
 
@@ -382,16 +402,18 @@ def print_glue_table(rows: list[dict], args) -> None:
 
     copy = rows[0]["copy_gbps"] if rows else float("nan")
     table = Table(title=f"Memory-bound glue, float32, {args.threads} thread(s), {args.trials} trials: GB/s (buffers' "
-                        f"bytes over latency); copy bandwidth {copy:.1f} GB/s")
-    cols = ["workload", "task", "MB", "untuned", "rules' default", "default", "searched", "tuned", "default/copy",
-            "tuned/copy", "default/rules'"]
+                        f"bytes over latency); copy: a copy of as many bytes timed among them (copy bandwidth "
+                        f"{copy:.1f} GB/s)")
+    cols = ["workload", "task", "MB", "untuned", "rules' default", "default", "searched", "tuned", "copy",
+            "default/copy", "tuned/copy", "default/rules'"]
     for c in cols:
         table.add_column(c, justify="left" if c in ("workload", "task") else "right")
     f = lambda v, p=1: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
     for r in rows:
         g = {k: r.get(f"{k}_gbps") for k in ("untuned", "rules_default", "default", "searched", "tuned")}
-        table.add_row(r["workload"], r["task"], f(r["bytes"] / 1e6), *(f(g[k]) for k in g),
-                      f"{g['default'] / copy:.0%}" if g["default"] else "-", f"{g['tuned'] / copy:.0%}",
+        here = r["copy_here_gbps"]
+        table.add_row(r["workload"], r["task"], f(r["bytes"] / 1e6), *(f(g[k]) for k in g), f(here),
+                      f"{g['default'] / here:.0%}" if g["default"] else "-", f"{g['tuned'] / here:.0%}",
                       f(g["default"] / g["rules_default"], 2) + "x" if g["default"] and g["rules_default"] else "-")
     Console(width=200).print(table)
 
