@@ -54,6 +54,6 @@ EXTRA_DESIGNS: tuple[ExtraDesign, ...] = (
     ExtraDesign("serial", "serial_small", serial_design, preferred=False, copies_preferred=True),
     # on a GPU, the schedule of TVM's dlight rules, with no knobs (spaces/dlight_design.py)
     ExtraDesign("dlight", "dlight_designs", dlight_design, target_kinds=("cuda",), dynamic_shared_memory=True),
-    # a reshape, transpose or broadcast streamed along its contiguous axes (spaces/injective.py)
+    # a reshape or transpose streamed along its contiguous axes (spaces/injective.py)
     ExtraDesign("injective", "stream_injective", injective_design),
 )

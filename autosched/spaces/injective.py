@@ -1,5 +1,6 @@
-"""One more CPU design, for injective functions (reshapes, transposes, broadcasts and the elementwise work fused
-with them): every block inlined into the one output block, whose loops keep their own order; the innermost
+"""One more CPU design, for injective functions that do not read their inputs in the output's order (reshapes,
+transposes and the work fused with them): every block inlined into the one output block, whose loops keep their
+own order; the innermost
 output axis is split and its inner part vectorised, the loops outside it fused and parallel. Where the largest
 input is contiguous along another output axis (a transpose that moves its last axis), that axis and the
 innermost one are tiled together, so each tile reads contiguous runs of the input and writes contiguous runs of
@@ -9,7 +10,8 @@ MetaSchedule's rules fuse every loop of such a block into one and vectorise a fi
 innermost axis is not a multiple of that width the vector crosses rows, every lane's index is a division and a
 remainder, and the loads are gathers: a Swin window partition (1x56x56x96 -> 64x49x96) ran 2.1 GB/s at 2
 threads on Zen 5, 4.6x slower than TVM's unscheduled build; an NCHW -> NHWC transpose 1.6 GB/s, reading one
-element of each input row per vector. Appended after the other designs, so stored records keep their design.
+element of each input row per vector. Elementwise work and broadcasts, read in order, keep the rules' design
+(their fused vectors are contiguous). Appended after the other designs, so stored records keep their design.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ TILE_LANES = 16  # a transpose's default tile, both ways (16 x 16 float32: 16 ca
 
 
 def injective_design(mod: IRModule, target: Target) -> Trace | None:
-    """The design for a function whose blocks are all spatial and inline into one output block without a
-    per-element choice (a concatenation has its own design); None for any other or where a primitive refuses."""
+    """The design for a function whose blocks are all spatial and inline into one output block that reads some
+    input out of order, without a per-element choice (a concatenation has its own design); None for any other or
+    where a primitive refuses."""
     sch = Schedule(mod, error_render_level="none")
     try:
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
@@ -38,7 +41,7 @@ def injective_design(mod: IRModule, target: Target) -> Trace | None:
             sch.compute_inline(block)
         out = blocks[-1]
         extents = _canonical_extents(sch, out)
-        if extents is None or extents[-1] % MIN_LANES or _chooses(sch, out):
+        if extents is None or extents[-1] % MIN_LANES or _chooses(sch, out) or _in_order(sch, out):
             return None
         _schedule_output(sch, out, extents, int(target.attrs.get("num-cores", 1)))
     except (ScheduleError, RuntimeError, tvm.error.InternalError):
@@ -91,6 +94,24 @@ def _canonical_extents(sch: Schedule, block: Any) -> list[int] | None:
 def _chooses(sch: Schedule, block: Any) -> bool:
     """Whether the block is a concatenation (a choice between inputs per element: ``concat.py``'s design)."""
     return _concat_axis(sch, block) is not None
+
+
+def _in_order(sch: Schedule, block: Any) -> bool:
+    """Whether every input is read element by element in the output's order (elementwise work and broadcasts:
+    each index an iteration variable, in order, or a broadcast's 0): the rules' fused vectors stay contiguous."""
+    stmt = sch.get(block)
+    for read in stmt.reads:
+        seen = []
+        for r in read.region:
+            if not isinstance(r.extent, tirx.IntImm) or int(r.extent) != 1:
+                return False
+            if isinstance(r.min, tirx.Var):
+                seen.append(next((i for i, iv in enumerate(stmt.iter_vars) if iv.var.same_as(r.min)), -1))
+            elif not (isinstance(r.min, tirx.IntImm) and int(r.min) == 0):
+                return False
+        if -1 in seen or seen != sorted(seen) or len(set(seen)) != len(seen):
+            return False
+    return True
 
 
 def _source_axis(sch: Schedule, block: Any) -> int | None:

@@ -39,7 +39,7 @@ class SpaceSettings:
     row_reductions: bool = False  # one more design for norms and softmaxes (spaces/row_reduction.py)
     attention_blocks: bool = False  # one more design for a fused attention (spaces/attention.py)
     dlight_designs: bool = False  # CUDA: one more design, dlight's schedule (spaces/dlight_design.py)
-    stream_injective: bool = False  # one more design for reshapes, transposes, broadcasts (spaces/injective.py)
+    stream_injective: bool = False  # one more design for reshapes and transposes (spaces/injective.py)
     rule_defaults: bool = False  # a task's default schedule by its pattern (TraceSearchSpace.default_schedule)
     tensor_core_output: str = ""  # CUDA: where wmma designs stage their output ("shared"; "": TVM's choice)
 
