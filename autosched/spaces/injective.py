@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from autosched._tvm import IRModule, Schedule, ScheduleError, Target, Trace, tirx, tvm
-from autosched.spaces.concat import _concat_axis
+from autosched.spaces.concat import concat_axis
 
 SPATIAL = 0  # tirx.IterVar kind
 MIN_LANES = 4  # an innermost axis not a multiple of this is left to the rules (odd-width vectors are slow)
@@ -93,7 +93,7 @@ def _canonical_extents(sch: Schedule, block: Any) -> list[int] | None:
 
 def _chooses(sch: Schedule, block: Any) -> bool:
     """Whether the block is a concatenation (a choice between inputs per element: ``concat.py``'s design)."""
-    return _concat_axis(sch, block) is not None
+    return concat_axis(sch, block) is not None
 
 
 def _in_order(sch: Schedule, block: Any) -> bool:
