@@ -19,7 +19,7 @@ import numpy as np
 
 log = logging.getLogger("autosched.bandwidth")
 
-COPY_BYTES = 128 << 20  # the copy's source: 4x this machine's 32 MiB L3, so the copy streams from DRAM
+COPY_BYTES = 64 << 20  # the copy's source: 2x this machine's 32 MiB L3 (with its destination, 4x), so it streams from DRAM
 COPY_REPEATS = 7  # timed copies (the fastest counts) after one untimed one that touches every page
 
 
@@ -57,7 +57,7 @@ def timed_copy(src: np.ndarray, dst: np.ndarray, pool: ThreadPoolExecutor, n_thr
 def copy_bandwidth(n_threads: int = 1, n_bytes: int = COPY_BYTES) -> float:
     """Bytes per second (read and written, 2 x ``n_bytes`` a copy) that ``n_threads`` threads copy a buffer well
     above the last-level cache at: the fastest of ``COPY_REPEATS`` copies. Measured once per process and thread
-    count (0.2-0.6 s in all here, most of it touching the pages)."""
+    count (0.15-0.5 s in all here, most of it touching the pages)."""
     src = np.ones(n_bytes // 4, np.float32)
     dst = np.empty_like(src)
     with ThreadPoolExecutor(n_threads) as pool:
