@@ -19,7 +19,7 @@ import numpy as np
 
 log = logging.getLogger("autosched.bandwidth")
 
-COPY_BYTES = 64 << 20  # the copy's source: 2x this machine's 32 MiB L3 (with its destination, 4x), so it streams from DRAM
+COPY_BYTES = 64 << 20  # the copy's source: 2x this machine's 32 MiB L3 (4x with its destination): it streams from DRAM
 COPY_REPEATS = 7  # timed copies (the fastest counts) after one untimed one that touches every page
 
 
