@@ -30,7 +30,7 @@ from autosched.errors import UnknownNameError, UserInputError
 from autosched.native_log import quiet_api
 from autosched.records import MeasureResult
 from autosched.spaces.settings import settings_for
-from autosched.targets import check_measurable
+from autosched.targets import check_measurable, copy_bandwidth_for  # noqa: F401  (copy_bandwidth_for: for the CLI)
 from autosched.tasks import Task, make_target, op_task
 from autosched.tune import Deadline, TuneProgress, TuneResult
 

@@ -33,8 +33,9 @@ class TuneConfig:
     n_trials: int = 64  # measured candidates per task (total, including earlier runs on the same database);
     # 0 = no limit (a model tuned with a time budget)
     time_budget_s: float = 0.0  # wall time of the whole run (a model's: untuned baselines included); 0 = none
-    cheap_share: float = 0.01  # models: a task under this share of the untuned latency whose pattern is cheap
-    # (elementwise, broadcast, injective, or a reduction under 1 MFLOP) gets its default schedule, measured once,
+    cheap_share: float = 0.01  # models: of the tasks whose pattern is cheap (elementwise, broadcast, injective, or
+    # a reduction under 1 MFLOP), the smallest, while their shares of the estimate (weight x measured latency:
+    # untuned, then the default schedule's) add up to under this, get their default schedule, measured once,
     # instead of a search; 0 = search every task
     batch_size: int = 8  # candidates proposed, built in parallel, then measured one by one
     sampler: str = "tpe"  # tpe | random | cmaes | gp | nsga2

@@ -16,15 +16,19 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from autosched._tvm import Target, arg_specs, load_json
+from autosched.bandwidth import bytes_moved, gbps
 from autosched.db import Database, TaskRow
 from autosched.records import Status, TuningRecord
 from autosched.search.study import task_studies
+from autosched.targets import copy_bandwidth_for
 from autosched.tasks import describe_target
 from autosched.tune import BASELINE_DECISIONS
 from autosched.version import __version__
 
 REPORT_FORMAT = "autosched-report"
-REPORT_VERSION = 3  # 2: tasks sorted by share, with share and search; 3: the end-to-end phase's in-model times
+REPORT_VERSION = 3  # 2: tasks sorted by share, with share and search; 3: bytes moved, GB/s, copy bandwidth, the
+# end-to-end phase's in-model times
 RUN_GAP_S = 15 * 60.0  # records further apart than this are separate runs: the gap is cut from the time axis
 TIMING_ATTR = "timing_s"  # the Optuna user attribute set on measured trials (search/optuna_strategy.py)
 SPLIT_PARTS = ("search", "build", "measure")
@@ -66,7 +70,7 @@ class TaskReport:
     n_rejected: int  # rejected before building (INVALID)
     status_counts: dict[str, int]
     untuned_s: float | None
-    best: dict[str, Any] | None  # latency_s, gflops, speedup, params, decisions, trial, baseline
+    best: dict[str, Any] | None  # latency_s, gflops, gbps, of_copy, speedup, params, decisions, trial, baseline
     curve: Curve
     timing: dict[str, float]  # search_s, build_s, measure_s, build_worker_s, n_timed
     predictions: Predictions
@@ -75,6 +79,7 @@ class TaskReport:
     share: float | None = None  # of the estimated model latency (weight x best latency over their sum)
     in_model: dict[str, Any] | None = None  # the model's end-to-end phase: in_model_s (per inference, all calls;
     # None: not timed inside), model, model_s, chosen_is_best (its choice is the fastest alone); None: no phase
+    n_bytes: int | None = None  # its buffers' bytes, inputs and outputs (None: its PrimFunc could not be read)
 
 
 @dataclass
@@ -89,6 +94,8 @@ class Report:
     failures: dict[str, int]  # status -> count over every task (OK included)
     predictions: dict[str, Any]  # n, spearman (pooled over tasks)
     notes: list[str]
+    copy_bandwidth: dict[str, float] = field(default_factory=dict)  # target (as in TaskReport) -> this machine's
+    # copy bandwidth at its thread count, bytes/s (targets of this CPU only), which each best's of_copy is of
     autosched_version: str = __version__
     format: str = REPORT_FORMAT
     version: int = REPORT_VERSION
@@ -123,7 +130,9 @@ def gather(db: Database, name: str = "") -> Report:
     clock = TuningClock([r.created_at for recs in records.values() for r in recs])
     found = _optuna_timings(db, [row.task_key for row in rows])
     timings = found or {}
-    tasks = [_task_report(row, records[row.task_key], clock, timings.get(row.task_key, [])) for row in rows]
+    copy = _copy_bandwidths(rows)
+    tasks = [_task_report(row, records[row.task_key], clock, timings.get(row.task_key, []),
+                          copy.get(describe_target(row.target))) for row in rows]
     for t in tasks:
         t.search = _search(t, len(timings.get(t.key, [])) if found is not None else None)
         t.in_model = _in_model(db, t)
@@ -137,7 +146,28 @@ def gather(db: Database, name: str = "") -> Report:
         failures.update(t.status_counts)
     preds = _pooled_predictions(tasks, notes)
     return Report(name or getattr(db, "url", "database"), time.time(), tasks, end_to_end, split, dict(failures),
-                  preds, notes)
+                  preds, notes, copy)
+
+
+def _copy_bandwidths(rows: list[TaskRow]) -> dict[str, float]:
+    """This machine's copy bandwidth for each target of the tasks that is this CPU (``copy_bandwidth_for``)."""
+    out: dict[str, float] = {}
+    for text in {row.target for row in rows}:
+        try:
+            rate = copy_bandwidth_for(Target(json.loads(text)))
+        except (ValueError, TypeError, RuntimeError):  # not a target this TVM reads: nothing to compare with
+            rate = None
+        if rate:
+            out[describe_target(text)] = rate
+    return out
+
+
+def _bytes(row: TaskRow) -> int | None:
+    """The bytes of the task's buffers (``Task.n_bytes``), from its stored PrimFunc; None where it is unreadable."""
+    try:
+        return bytes_moved(arg_specs(load_json(row.workload_json)["main"]))
+    except (ValueError, TypeError, KeyError, RuntimeError, AttributeError):
+        return None
 
 
 def _in_model(db: Database, t: TaskReport) -> dict[str, Any] | None:
@@ -182,11 +212,12 @@ class TuningClock:
         return offset + max(stamp - start, 0.0)
 
 
-def _task_report(row: TaskRow, recs: list[TuningRecord], clock: TuningClock, timings: list[dict]) -> TaskReport:
+def _task_report(row: TaskRow, recs: list[TuningRecord], clock: TuningClock, timings: list[dict],
+                 copy_Bps: float | None = None) -> TaskReport:
     measured = [r for r in recs if r.status is not Status.INVALID]
     baseline = next((r for r in measured if r.decisions == BASELINE_DECISIONS), None)
     untuned = baseline.latency_s if baseline is not None and baseline.status is Status.OK else None
-    curve = _curve(measured, clock)
+    curve, n_bytes = _curve(measured, clock), _bytes(row)
     return TaskReport(
         key=row.task_key, name=row.name, target=describe_target(row.target),
         flops=row.flops, weight=int(row.info.get("weight", 1)),
@@ -194,8 +225,8 @@ def _task_report(row: TaskRow, recs: list[TuningRecord], clock: TuningClock, tim
         pattern=str(row.info.get("pattern", "")),
         n_measured=len(measured), n_rejected=len(recs) - len(measured),
         status_counts=dict(Counter(r.status.value for r in recs)), untuned_s=untuned,
-        best=_best(row, measured, untuned), curve=curve, timing=_sum_timings(timings),
-        predictions=_predictions(measured), errors=_errors(recs),
+        best=_best(row, measured, untuned, n_bytes, copy_Bps), curve=curve, timing=_sum_timings(timings),
+        predictions=_predictions(measured), errors=_errors(recs), n_bytes=n_bytes,
     )
 
 
@@ -214,12 +245,18 @@ def _curve(measured: list[TuningRecord], clock: TuningClock) -> Curve:
     return curve
 
 
-def _best(row: TaskRow, measured: list[TuningRecord], untuned_s: float | None) -> dict[str, Any] | None:
+def _best(row: TaskRow, measured: list[TuningRecord], untuned_s: float | None, n_bytes: int | None = None,
+          copy_Bps: float | None = None) -> dict[str, Any] | None:
+    """The best measured schedule; ``gbps``: the task's bytes over its latency, ``of_copy``: that as a share of
+    ``copy_Bps`` (None where either is unknown)."""
     ok = [(i, r) for i, r in enumerate(measured, start=1) if r.status is Status.OK and r.latencies_s]
     if not ok:
         return None
     trial, r = min(ok, key=lambda p: p[1].latency_s)
+    rate = gbps(n_bytes, r.latency_s) if n_bytes else None
+    rate = rate if rate == rate else None
     return {"latency_s": r.latency_s, "gflops": row.flops / r.latency_s / 1e9 if r.latency_s > 0 else None,
+            "gbps": rate, "of_copy": rate * 1e9 / copy_Bps if rate and copy_Bps else None,
             "speedup": untuned_s / r.latency_s if untuned_s and r.latency_s > 0 else None,
             "params": r.params, "decisions": r.decisions, "trial": trial,
             "baseline": r.decisions == BASELINE_DECISIONS}

@@ -274,14 +274,17 @@ def _best_table(r: Report) -> str:
                       + "</code></details>")
         rows.append([_name(t.name), _num(t.share * 100 if t.share is not None else None, ".1f", " %"), _searched(t),
                      _e(t.pattern), str(t.weight), str(t.n_measured), fmt_s(t.untuned_s), fmt_s(b.get("latency_s")),
-                     _inside(t), _num(b.get("gflops")), _num(b.get("speedup"), ".2f", "x"), str(b.get("trial", "-")),
-                     knobs])
+                     _inside(t), _num(b.get("gflops")), _num(b.get("gbps")),
+                     _num(b["of_copy"] * 100 if b.get("of_copy") is not None else None, ".0f", " %"),
+                     _num(b.get("speedup"), ".2f", "x"), str(b.get("trial", "-")), knobs])
     return ("<h2>Best schedule per task</h2><p>Largest share of the estimated model latency first (share: the "
             "task's weight x best latency over the sum of them). 'in model': per call, timed inside the model by its "
-            "end-to-end phase (* another schedule than the fastest alone runs there: it was faster in the model)."
-            "</p>" + _table(
+            "end-to-end phase (* another schedule than the fastest alone runs there: it was faster in the model). "
+            "GB/s: the task's buffers, inputs and outputs, over "
+            f"its best latency; of copy: of {_copy_text(r)}.</p>" + _table(
                 ["task", "share", "searched?", "pattern", "weight", "trials", "untuned", "best", "in model", "GFLOPS",
-                 "speedup", "at trial", "knob values"], rows, {1, 4, 5, 6, 7, 8, 9, 10, 11}, "best-per-task"))
+                 "GB/s", "of copy", "speedup", "at trial", "knob values"], rows, set(range(4, 14)) | {1},
+                "best-per-task"))
 
 
 def _inside(t: TaskReport) -> str:
@@ -289,6 +292,14 @@ def _inside(t: TaskReport) -> str:
     if seen.get("in_model_s") is None:
         return "-"
     return fmt_s(seen["in_model_s"] / max(t.weight, 1)) + ("" if seen["chosen_is_best"] else " *")
+
+
+def _copy_text(r: Report) -> str:
+    """This machine's copy bandwidth per target, in words."""
+    if not r.copy_bandwidth:
+        return "this machine's copy bandwidth (unknown here: the tasks were tuned for another machine)"
+    rates = ", ".join(f"{rate / 1e9:.1f} GB/s for {target}" for target, rate in sorted(r.copy_bandwidth.items()))
+    return f"this machine's copy bandwidth at the target's threads ({rates})"
 
 
 def _failures(r: Report, Figure) -> str:

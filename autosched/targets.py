@@ -24,6 +24,7 @@ from autosched._tvm import (
     missing_features,
     tvm,
 )
+from autosched.bandwidth import copy_bandwidth
 from autosched.config import resolve_threads
 from autosched.errors import UserInputError
 
@@ -238,6 +239,14 @@ def runs_here(target: Target) -> bool:
     if target.kind.name == "llvm":
         return _is_host_arch(_triple_arch(target)) and not missing_features(target)
     return has_device(device_kind(target))
+
+
+def copy_bandwidth_for(target: Target) -> float | None:
+    """This machine's copy bandwidth (bytes/s, ``bandwidth.copy_bandwidth``) at the target's thread count, for a
+    target of this CPU; None for another CPU's or a GPU's (this machine's says nothing of theirs)."""
+    if target.kind.name != "llvm" or target.attrs.get("mcpu") != host_cpu() or not runs_here(target):
+        return None
+    return copy_bandwidth(int(target.attrs.get("num-cores", 1)))
 
 
 def why_not_here(target: Target) -> str:

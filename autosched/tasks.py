@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from autosched._tvm import IRModule, Target, arg_specs, estimate_flops, structural_hash
+from autosched.bandwidth import bytes_moved
 from autosched.targets import make_target, target_json  # noqa: F401  (re-exported: callers import them from here)
 from autosched.workloads import get_workload, reference_outputs
 
@@ -44,6 +45,11 @@ class Task:
 
     def arg_specs(self) -> list[tuple[tuple[int, ...], str]]:
         return arg_specs(self.mod["main"])
+
+    @property
+    def n_bytes(self) -> int:
+        """Bytes its buffers hold, inputs and outputs: what a memory-bound kernel moves at least (``bandwidth``)."""
+        return bytes_moved(self.arg_specs())
 
     def about(self) -> dict[str, str]:
         """What a person reads to tell this task from others (``describe_task``)."""

@@ -2,12 +2,21 @@
 
     python bench/kernels.py                       # the full run (1 thread, 64 trials, 5 seeds)
     python bench/kernels.py --workloads matmul --seeds 1 --trials 16 --skip-ms    # a quick look
+    python bench/kernels.py --glue --threads 2 --trials 32 --out kernels_glue_t2     # memory-bound glue, in GB/s
 
 One process, one thread count for everyone. For each workload and seed: autosched at N trials and
 MetaSchedule ``tune_tir`` at its default settings and N trials, each tuner's whole wall time (its start-up
 included). Then every tuned kernel (checked against the numpy reference first), the untuned build, numpy and
 PyTorch (if installed) are timed in this process through the same kind of Python call, in interleaved
 rounds; medians over rounds, then over seeds. Prints a table, writes bench/results/kernels.json.
+
+``--glue``: the memory-bound kernels real models are glued with (a Swin window partition, an NCHW -> NHWC
+transpose, attention heads split off, a UNet's broadcast multiply and skip concatenation, a softmax over 49-token
+windows), each the fused task autosched extracts from a one-operator Relax graph: GB/s (its buffers' bytes over
+its latency) of the untuned build, the rules' default (the space without the injective design), autosched's
+default and its best after ``--trials`` of search, beside this machine's copy bandwidth at ``--threads``. Timed
+with every call on its own copy of the buffers, enough copies to pass through 4x the last-level cache, so each
+call reads from and writes to memory as a copy of a buffer that large does.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -252,17 +262,194 @@ def print_table(rows: list[dict], args) -> dict:
     return summary
 
 
+# --- memory-bound glue (--glue): GB/s against the copy bandwidth -------------------------------------------
+GLUE = {  # name -> (input shapes, what the Relax graph does with them)
+    "window_partition": ([(1, 56, 56, 96)], "reshape 1x8x7x8x7x96, transpose windows out, reshape 64x49x96"),
+    "nchw_to_nhwc": ([(2, 320, 64, 64)], "transpose (0, 2, 3, 1)"),
+    "split_heads": ([(1, 197, 768)], "reshape 1x197x12x64, transpose (0, 2, 1, 3)"),
+    "broadcast_multiply": ([(2, 320, 64, 64), (2, 320, 1, 1)], "multiply"),
+    "concat": ([(2, 640, 32, 32), (2, 320, 32, 32)], "concatenate along axis 1"),
+    "softmax_49": ([(64, 3, 49, 49)], "softmax along the last axis"),
+}
+STREAM_BYTES = 4 * (32 << 20)  # the buffers' copies of a timed kernel pass through this much memory (4x the L3)
+
+
+def glue_graph(name: str):
+    """The one-operator Relax module of a ``GLUE`` row."""
+    from autosched._tvm import relax
+
+    shapes, _ = GLUE[name]
+    op, bb = relax.op, relax.BlockBuilder()
+    xs = [relax.Var(f"x{i}", relax.TensorType(s, "float32")) for i, s in enumerate(shapes)]
+    with bb.function("main", xs):
+        with bb.dataflow():
+            x = xs[0]
+            if name == "window_partition":
+                x = bb.emit(op.permute_dims(bb.emit(op.reshape(x, (1, 8, 7, 8, 7, 96))), (0, 1, 3, 2, 4, 5)))
+                out = op.reshape(x, (64, 49, 96))
+            elif name == "split_heads":
+                out = op.permute_dims(bb.emit(op.reshape(x, (1, 197, 12, 64))), (0, 2, 1, 3))
+            else:
+                out = {"nchw_to_nhwc": lambda: op.permute_dims(x, (0, 2, 3, 1)),
+                       "broadcast_multiply": lambda: op.multiply(x, xs[1]), "concat": lambda: op.concat(xs, axis=1),
+                       "softmax_49": lambda: op.nn.softmax(x, axis=-1)}[name]()
+            result = bb.emit_output(out)
+        bb.emit_func_output(result)
+    return bb.get()
+
+
+def glue_task(name: str, target):
+    """The task autosched extracts from the row's graph (the one moving the most bytes, where there are more)."""
+    from autosched.graph.passes import extract_tasks, rewrite
+    from autosched.spaces.settings import settings_for
+
+    tasks = extract_tasks(rewrite(glue_graph(name), target), target, settings_for(target).version)
+    return max(tasks, key=lambda t: t.n_bytes)
+
+
+def glue_kernels(task, args) -> tuple[dict, dict]:
+    """The kernels of a row (untuned, the rules' default, autosched's default, its best after ``args.trials``) and
+    what the search did."""
+    import dataclasses
+
+    from autosched.apply import schedule_from_record
+    from autosched.config import TuneConfig
+    from autosched.db import MemoryDatabase
+    from autosched.session import TuningSession
+    from autosched.spaces.settings import settings_for
+    from autosched.spaces.trace_space import TraceSearchSpace
+
+    settings = settings_for(task.target)
+    rules = TraceSearchSpace(task.mod, task.target, dataclasses.replace(settings, stream_injective=False))
+    space = TraceSearchSpace(task.mod, task.target, settings)
+    params, default = space.default_schedule()
+    kernels = {"untuned": task.mod, "rules_default": rules.default_schedule()[1].mod, "default": default.mod}
+    start = time.perf_counter()
+    with TuningSession(TuneConfig(n_trials=args.trials, n_threads=args.threads), task.target_json) as session:
+        result = session.tune(task, MemoryDatabase())
+    kernels["searched"] = schedule_from_record(task.mod, result.best).mod
+    return kernels, {"default_design": params["design"], "tune_s": time.perf_counter() - start,
+                     "trials": result.n_new, "best_design": result.best.params.get("design")}
+
+
+def time_streaming(task, kernels: dict, repeat: int, threads: int) -> dict[str, float]:
+    """Median seconds per call of each kernel (checked against the untuned build first), each call on the next of
+    enough copies of the buffers to stream ``STREAM_BYTES``, and of a copy of as many bytes ("copy"), interleaved
+    rounds."""
+    import itertools
+
+    import numpy as np
+
+    from autosched._tvm import cpu_device, tvm
+
+    dev, specs = cpu_device(), task.arg_specs()
+    inputs = task.random_inputs(0)
+    n_copies = max(1, -(-STREAM_BYTES // task.n_bytes))
+    copies = [[tvm.runtime.tensor(a, dev) for a in inputs] + [tvm.runtime.empty(s, d, dev) for s, d in
+                                                              specs[len(inputs):]] for _ in range(n_copies)]
+    want, calls = None, {}
+    for name, mod in kernels.items():
+        fn = tvm.compile(mod, target=task.target)["main"]
+        fn(*copies[0])
+        got = [t.numpy() for t in copies[0][len(inputs):]]
+        want = want if want is not None else got
+        if not all(np.allclose(g, w, rtol=1e-5, atol=1e-6) for g, w in zip(got, want, strict=True)):
+            print(f"  {name}: wrong result, not timed", flush=True)
+            continue
+        turn = itertools.cycle(copies)
+        calls[name] = lambda fn=fn, turn=turn: fn(*next(turn))
+    with ThreadPoolExecutor(threads) as pool:
+        calls["copy"] = _copy_call(task.n_bytes, n_copies, pool, threads)
+        return {k: statistics.median(v) for k, v in time_interleaved(calls, repeat, min_round_s=0.05).items()}
+
+
+def _copy_call(n_bytes: int, n_copies: int, pool, threads: int):
+    """A threaded copy moving ``n_bytes`` (half read, half written), on the next of ``n_copies`` buffer pairs each
+    call: the copy bandwidth at this moment, on buffers as the kernels' (``autosched.bandwidth.copy_bandwidth``)."""
+    import itertools
+
+    import numpy as np
+
+    from autosched.bandwidth import timed_copy
+
+    pairs = [(np.ones(n_bytes // 8, np.float32), np.ones(n_bytes // 8, np.float32)) for _ in range(n_copies)]
+    turn = itertools.cycle(pairs)
+    return lambda: timed_copy(*next(turn), pool, threads)
+
+
+def bench_glue(name: str, args, copy_Bps: float) -> dict:
+    from autosched.tasks import make_target
+
+    task = glue_task(name, make_target("llvm", args.threads))
+    kernels, tuning = glue_kernels(task, args)
+    times = time_streaming(task, kernels, args.repeat, args.threads)
+    copy_s = times.pop("copy")
+    row = {"workload": name, "shapes": GLUE[name][0], "graph": GLUE[name][1], "task": task.name,
+           "pattern": task.info.get("pattern"), "bytes": task.n_bytes, **tuning, "copy_gbps": copy_Bps / 1e9,
+           "copy_here_s": copy_s, "copy_here_gbps": task.n_bytes / copy_s / 1e9}
+    for key, seconds in times.items():
+        row[f"{key}_s"], row[f"{key}_gbps"] = seconds, task.n_bytes / seconds / 1e9
+    best = min((k for k in ("default", "searched") if k in times), key=times.get)  # compile takes the faster
+    row["tuned_s"], row["tuned_gbps"] = times[best], task.n_bytes / times[best] / 1e9
+    print(f"  {name}: {task.name}, {task.n_bytes / 1e6:.1f} MB, " + ", ".join(
+        f"{k} {row[f'{k}_gbps']:.1f} GB/s" for k in (*times, "tuned", "copy_here")), flush=True)
+    return row
+
+
+def print_glue_table(rows: list[dict], args) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    copy = rows[0]["copy_gbps"] if rows else float("nan")
+    table = Table(title=f"Memory-bound glue, float32, {args.threads} thread(s), {args.trials} trials: GB/s (buffers' "
+                        f"bytes over latency); copy: a copy of as many bytes timed among them (copy bandwidth "
+                        f"{copy:.1f} GB/s)")
+    cols = ["workload", "task", "MB", "untuned", "rules' default", "default", "searched", "tuned", "copy",
+            "default/copy", "tuned/copy", "default/rules'"]
+    for c in cols:
+        table.add_column(c, justify="left" if c in ("workload", "task") else "right")
+    f = lambda v, p=1: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+    for r in rows:
+        g = {k: r.get(f"{k}_gbps") for k in ("untuned", "rules_default", "default", "searched", "tuned")}
+        here = r["copy_here_gbps"]
+        table.add_row(r["workload"], r["task"], f(r["bytes"] / 1e6), *(f(g[k]) for k in g), f(here),
+                      f"{g['default'] / here:.0%}" if g["default"] else "-", f"{g['tuned'] / here:.0%}",
+                      f(g["default"] / g["rules_default"], 2) + "x" if g["default"] and g["rules_default"] else "-")
+    Console(width=200).print(table)
+
+
+def run_glue(args) -> None:
+    """The ``--glue`` rows: every workload of ``GLUE`` (or of ``--workloads``), one tuning run each."""
+    from autosched.bandwidth import copy_bandwidth
+
+    info = machine_info()
+    print(f"machine: {info}", flush=True)
+    copy_Bps = copy_bandwidth(args.threads)
+    rows: list[dict] = []
+    payload = {"machine": info, "args": vars(args), "copy_gbps": copy_Bps / 1e9, "rows": rows}
+    for name in (args.workloads.split(",") if args.workloads else list(GLUE)):
+        rows.append(bench_glue(name, args, copy_Bps))
+        write_json(args.out, payload)
+    print_glue_table(rows, args)
+    print(f"wrote {write_json(args.out, payload)}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workloads", default=",".join(SHAPES))
+    p.add_argument("--workloads", default=None, help=f"default: {','.join(SHAPES)} (with --glue: {','.join(GLUE)})")
     p.add_argument("--trials", type=int, default=64)
     p.add_argument("--seeds", type=int, default=5, help="tuning runs per workload and tuner (medians reported)")
     p.add_argument("--repeat", type=int, default=7, help="interleaved timing rounds of the tuned kernels")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--skip-ms", action="store_true", help="leave MetaSchedule out (quick runs)")
     p.add_argument("--out", default="kernels")
+    p.add_argument("--glue", action="store_true", help="the memory-bound glue rows instead, in GB/s (GLUE)")
     args = p.parse_args()
     fair_environment(args.threads)
+    if args.glue:
+        logging.basicConfig(level=logging.WARNING)
+        return run_glue(args)
+    args.workloads = args.workloads or ",".join(SHAPES)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     from threadpoolctl import threadpool_limits

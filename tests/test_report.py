@@ -57,6 +57,7 @@ def test_gather_from_a_handmade_database(handmade_db):
     assert a.curve.best_s == [4e-3, 2e-3, 2e-3, 1e-3] and a.curve.baseline_trial == 1
     assert a.best["latency_s"] == 1e-3 and a.best["trial"] == 4 and a.best["speedup"] == pytest.approx(4.0)
     assert a.best["gflops"] == pytest.approx(2.0) and a.errors == {"BUILD_ERROR": ["boom"], "INVALID": ["illegal"]}
+    assert a.n_bytes is None and a.best["gbps"] is None and not r.copy_bandwidth  # no PrimFunc, not this CPU
     assert a.predictions.predicted == [0.5, 0.9] and a.predictions.measured == [0.5, 1.0]
     assert r.failures == {"OK": 5, "BUILD_ERROR": 1, "INVALID": 1}
     # the hour between the runs is cut: 20 s of tuning in 2 runs
@@ -69,6 +70,29 @@ def test_gather_from_a_handmade_database(handmade_db):
     assert (a.share, b.share) == pytest.approx((0.8, 0.2))  # 2 x 1 ms and 0.5 ms of the 2.5 ms
     assert b.timing["n_trials"] == 0 and r.predictions["n"] == 2 and r.predictions["spearman"] is None
     assert json.loads(r.dumps())["end_to_end"]["estimated_s"] == e2e["estimated_s"]
+
+
+def test_a_task_of_this_cpu_has_its_gb_per_s_against_the_copy_bandwidth(tmp_path):
+    from autosched._tvm import save_json
+    from autosched.bandwidth import copy_bandwidth
+    from autosched.spaces.settings import settings_for
+    from autosched.targets import host_target, target_json
+    from autosched.tasks import op_task
+
+    target = host_target(1)
+    task = op_task("elementwise", (1024,), target, settings_for(target).version)
+    db = open_database(str(tmp_path / "bw.db"))
+    db.commit_task(TaskRow(task.key, task.name, task.target_json, 1, save_json(task.mod), task.flops, {}))
+    db.commit([dataclasses.replace(_rec(task.key, Status.OK, 1e-6, 100.0, baseline=True), target=target_json(target))])
+    r = gather(db, "bw.db")
+    (t,) = r.tasks
+    assert t.n_bytes == task.n_bytes > 0 and t.best["gbps"] == pytest.approx(task.n_bytes / 1e-6 / 1e9)
+    assert r.copy_bandwidth == {t.target: copy_bandwidth(1)}
+    assert t.best["of_copy"] == pytest.approx(t.best["gbps"] * 1e9 / copy_bandwidth(1))
+    pytest.importorskip("matplotlib")
+    page = render_html(r)
+    assert "<th>GB/s</th>" in page and "<th>of copy</th>" in page and "copy bandwidth at the target" in page
+    db.close()
 
 
 def test_tuning_clock_cuts_gaps_between_runs():
@@ -225,6 +249,7 @@ def test_report_of_a_model_run(model_report):
     assert {**embedded, "generated_at": 0} == {**data, "generated_at": 0}
     for t in tasks:
         assert t["best"] and fmt_s(t["best"]["latency_s"]) in page and t["name"] in page
+        assert t["n_bytes"] > 0 and t["best"]["gbps"] > 0 and t["best"]["of_copy"] > 0  # tuned on this CPU
         assert t["curve"]["baseline_trial"] == 1  # the untuned build is measured first and kept
     e2e = data["end_to_end"]
     assert e2e["final_s"] == pytest.approx(sum(t["weight"] * t["best"]["latency_s"] for t in tasks))

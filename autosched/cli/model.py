@@ -22,10 +22,13 @@ from autosched.cli.output import (
     Steps,
     emit,
     err,
+    fmt_rate,
     fmt_s,
+    gbps,
     gflops,
     mode_of,
     note,
+    of_copy,
     out,
     progress_display,
 )
@@ -165,27 +168,30 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
                   f"(untuned {fmt_s(result.untuned_s)}){_model_latency(result)}; {result.n_new} new measurements; "
                   f"database: {db_name}")
     else:
-        _print_model_table(model.name, result, db_name, plan.n_groups)
+        _print_model_table(model.name, result, db_name, plan.n_groups, api.copy_bandwidth_for(plan.target))
     return 0
 
 
-def _print_model_table(name: str, result, db_path: str, n_groups: int) -> None:
+def _print_model_table(name: str, result, db_path: str, n_groups: int, copy_Bps: float | None = None) -> None:
+    """The per-task table; ``copy_Bps``: this machine's copy bandwidth at the tuning threads (None: not this CPU),
+    which each task's GB/s is shown against."""
     reached = sum(_searched(st) == "searched" for st in result.states)
     counts = (f"{n_groups} fusion groups -> {result.n_tasks} distinct tasks, {result.n_tuned} to search "
               f"({reached} searched in this run), {result.n_default} on default schedules (cheap)"
               + (f", {len(result.unmeasured)} not measured (out of time)" if result.unmeasured else ""))
     table = Table(title=f"autosched tune: {name}: {counts}")
     in_model = result.in_model.in_model_s if result.in_model is not None else {}
-    for col in ("task", "pattern", "weight", "schedule", "trials", "untuned", "best", "GFLOPS", "speedup",
-                "share of est.", *(["in model"] if in_model else [])):
+    for col in ("task", "pattern", "weight", "schedule", "trials", "untuned", "best", "GFLOPS", "GB/s", "of copy",
+                "speedup", "share of est.", *(["in model"] if in_model else [])):
         table.add_column(col, justify="left" if col in ("task", "pattern", "schedule") else "right")
     total = result.estimated_s or 1.0
     for s in sorted(result.states, key=lambda s: -s.contribution_s):
         speedup = s.untuned_s / s.best_s if s.best_s < float("inf") and s.untuned_s < float("inf") else float("nan")
+        rate = gbps(s.task.n_bytes, s.best_s)
         inside = [fmt_s(in_model[s.task.key] / s.task.weight) if s.task.key in in_model else "-"] if in_model else []
         table.add_row(s.task.name, s.task.info.get("pattern", ""), str(s.task.weight),
                       _searched(s), str(s.n_trials), fmt_s(s.untuned_s),
-                      fmt_s(s.best_s), gflops(s.task.flops, s.best_s),
+                      fmt_s(s.best_s), gflops(s.task.flops, s.best_s), fmt_rate(rate), of_copy(rate, copy_Bps),
                       f"{speedup:.1f}x" if speedup == speedup else "-", f"{s.contribution_s / total:.0%}", *inside)
     out.print(table)
     gain = result.untuned_s / result.estimated_s if result.estimated_s else float("nan")
@@ -194,13 +200,16 @@ def _print_model_table(name: str, result, db_path: str, n_groups: int) -> None:
     out.print(f"estimated kernel time per inference: {fmt_s(result.estimated_s)} (untuned {fmt_s(result.untuned_s)}, "
               f"{gain:.1f}x); {result.n_new} new measurements in {result.elapsed_s:.0f} s "
               f"({result.n_new / max(result.elapsed_s, 1e-9):.1f} per second){stop}; database: {db_path}")
+    if copy_Bps:
+        out.print(f"GB/s: each task's buffers (inputs + outputs) over its best latency; of copy: of this machine's "
+                  f"copy bandwidth at these threads, {copy_Bps / 1e9:.1f} GB/s")
     if result.in_model is not None:
         phase = result.in_model
         verdict = "kept the new schedules" if phase.kept_new else "kept the database's schedules"
         out.print(f"model latency, measured (whole inference, TVM's timer): {fmt_s(phase.model_s)}, "
                   f"{phase.model_s / result.estimated_s:.2f}x the estimate; end-to-end phase ({phase.elapsed_s:.0f} s):"
                   " "
-                  f"the {len(phase.in_model_s)} heaviest tasks' best schedules timed inside the model, "
+                  f"the {phase.n_timed} heaviest tasks' best schedules timed inside the model, "
                   f"{len(phase.changed)} tasks run another than their fastest alone; the model as the database had it "
                   f"{fmt_s(phase.before_s)}, with the new schedules {fmt_s(phase.new_s)}: {verdict}")
     _print_unchecked([s.task for s in result.states])

@@ -15,6 +15,8 @@ from typing import Any
 
 from rich.console import Console
 
+from autosched.bandwidth import gbps  # noqa: F401  (re-exported: the commands' GB/s)
+
 BAR, QUIET, JSON = "bar", "quiet", "json"
 
 WIDTH = shutil.get_terminal_size((140, 24)).columns
@@ -31,6 +33,16 @@ def fmt_s(seconds: float) -> str:
 
 def gflops(flops: float, seconds: float) -> str:
     return f"{flops / seconds / 1e9:.1f}" if 0 < seconds < float("inf") else "-"
+
+
+def fmt_rate(gb_per_s: float) -> str:
+    """GB/s: ``12.3``; ``-`` for none."""
+    return f"{gb_per_s:.1f}" if gb_per_s == gb_per_s else "-"
+
+
+def of_copy(gb_per_s: float, copy_Bps: float | None) -> str:
+    """A rate as a share of the copy bandwidth (bytes/s): ``37 %``; ``-`` for none."""
+    return f"{gb_per_s * 1e9 / copy_Bps:.0%}" if copy_Bps and gb_per_s == gb_per_s else "-"
 
 
 def note(text: str) -> None:

@@ -67,6 +67,7 @@ class InModelResult:
     in_model_s: dict[str, float] = field(default_factory=dict)  # task key -> seconds per inference in the model
     alone_s: dict[str, float] = field(default_factory=dict)  # ... and as timed alone (weight x best)
     elapsed_s: float = 0.0
+    n_timed: int = 0  # tasks whose schedules were timed inside the model (the heaviest)
 
     @property
     def model_s(self) -> float:
@@ -133,7 +134,8 @@ def tune_in_model(session: Any, model: Any, fused: Any, states: list[TaskState],
     changed = [tasks[k].name for k, rec in kept.items()
                if rec.record_id != getattr(_best(db, tasks[k]), "record_id", None)]
     alone = {s.task.key: s.contribution_s for s in states}
-    return InModelResult(before_s, new_s, kept_new, changed, in_model, alone, time.perf_counter() - started)
+    return InModelResult(before_s, new_s, kept_new, changed, in_model, alone, time.perf_counter() - started,
+                         len(chosen))
 
 
 def _before_run(db: Database, task: Any, run_started: float) -> TuningRecord | None:

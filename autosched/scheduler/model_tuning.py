@@ -4,7 +4,8 @@ The run goes: each task's untuned baseline (kept as a record); then every task's
 once (what ``compile`` applies to a task that was never searched: measured, so that it is used only where it
 beats the baseline: an Inception-v3 pooling ran 25x slower on its first design's default than untuned), the
 cheap tasks (``mark_cheap``) first, which keep it instead of a search (on a GPU only theirs: a group without a
-record gets dlight's schedule, the baseline); then search rounds, each to the task the
+record gets dlight's schedule, the baseline); then the cheap tasks are chosen again, by their share of the
+estimate with the defaults measured; then search rounds, each to the task the
 scheduler expects to gain the most. A deadline is checked before each baseline, each batch of default
 schedules, each round (the scheduler only starts one expected to end in time) and, in ``tune_task``, before
 each batch of a round (a batch whose proposals took the time left is dropped). Everything measured is in
@@ -92,7 +93,7 @@ class ModelTuneResult:
 
     @property
     def n_default(self) -> int:
-        """Tasks kept on their default schedule (cheap: small share, cheap pattern)."""
+        """Tasks kept on their default schedule (cheap: a cheap pattern, among the smallest; ``mark_cheap``)."""
         return sum(s.cheap for s in self.states)
 
     @property
@@ -301,6 +302,7 @@ def tune_model_tasks(session, tasks: list[Task], db: Database, trials_per_task: 
     in_time, n_defaults = len(states) == len(tasks), 0
     if in_time:
         in_time, n_defaults = measure_defaults(session, scheduler, db, deadline, report)
+        mark_cheap(states, session.config.cheap_share)  # again: by the measured defaults' share of the estimate
     rounds = _Rounds(session, db, deadline, scheduler, report)
     while in_time and _next_round(rounds, db.leases()):
         pass

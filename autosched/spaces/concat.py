@@ -30,7 +30,7 @@ def partitioned_concat_design(mod: IRModule, target: Target) -> Trace | None:
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
         for block in blocks[:-1]:
             sch.compute_inline(block)
-        found = _concat_axis(sch, blocks[-1])
+        found = concat_axis(sch, blocks[-1])
         if found is None:
             return None
         axis, offsets = found
@@ -58,7 +58,7 @@ def _vectorise(sch: Schedule, part: Any, start: int, innermost: bool) -> None:
         sch.vectorize(sch.split(loop, [None, LANES])[1])
 
 
-def _concat_axis(sch: Schedule, block: Any) -> tuple[int, list[int]] | None:
+def concat_axis(sch: Schedule, block: Any) -> tuple[int, list[int]] | None:
     """(the loop index of the concatenated axis, the inputs' offsets along it after the first) for a spatial block
     in canonical form (one loop per iteration variable, in order) whose value chooses between inputs only by
     ``offset <= var`` conditions on one of its variables; else None."""

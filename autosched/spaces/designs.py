@@ -14,6 +14,7 @@ from autosched._tvm import Trace
 from autosched.spaces.attention import attention_design
 from autosched.spaces.concat import partitioned_concat_design
 from autosched.spaces.dlight_design import dlight_design
+from autosched.spaces.injective import injective_design
 from autosched.spaces.row_reduction import row_reduction_design
 from autosched.spaces.serial import serial_design
 from autosched.spaces.streaming import streaming_reduction_design
@@ -53,4 +54,6 @@ EXTRA_DESIGNS: tuple[ExtraDesign, ...] = (
     ExtraDesign("serial", "serial_small", serial_design, preferred=False, copies_preferred=True),
     # on a GPU, the schedule of TVM's dlight rules, with no knobs (spaces/dlight_design.py)
     ExtraDesign("dlight", "dlight_designs", dlight_design, target_kinds=("cuda",), dynamic_shared_memory=True),
+    # a reshape or transpose streamed along its contiguous axes (spaces/injective.py)
+    ExtraDesign("injective", "stream_injective", injective_design),
 )

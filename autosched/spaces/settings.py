@@ -39,6 +39,7 @@ class SpaceSettings:
     row_reductions: bool = False  # one more design for norms and softmaxes (spaces/row_reduction.py)
     attention_blocks: bool = False  # one more design for a fused attention (spaces/attention.py)
     dlight_designs: bool = False  # CUDA: one more design, dlight's schedule (spaces/dlight_design.py)
+    stream_injective: bool = False  # one more design for reshapes and transposes (spaces/injective.py)
     rule_defaults: bool = False  # a task's default schedule by its pattern (TraceSearchSpace.default_schedule)
     tensor_core_output: str = ""  # CUDA: where wmma designs stage their output ("shared"; "": TVM's choice)
 
@@ -122,6 +123,7 @@ def _settings(path: Path, raw: dict[str, Any]) -> SpaceSettings:
         row_reductions=bool(raw.get("designs", {}).get("row_reductions", False)),
         attention_blocks=bool(raw.get("designs", {}).get("attention_blocks", False)),
         dlight_designs=bool(raw.get("designs", {}).get("dlight", False)),
+        stream_injective=bool(raw.get("designs", {}).get("stream_injective", False)),
         rule_defaults=bool(raw.get("designs", {}).get("rule_defaults", False)),
         tensor_core_output=_tensor_core_output(path, raw.get("tensor_core", {})),
     )

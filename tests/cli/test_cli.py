@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -252,6 +253,8 @@ def tiny():
                  "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert "autosched tune: tiny" in out and "distinct tasks" in out
+    flat = " ".join(out.split())  # GB/s beside GFLOPS, against this machine's copy bandwidth
+    assert "GB/s" in out and re.search(r"copy bandwidth at these threads, [\d.]+ GB/s", flat), out
 
 
 @pytest.mark.parametrize("flag", ["--quiet", "--json"])

@@ -147,6 +147,26 @@ def test_time_budget_stops_in_time_with_every_measurement_saved_and_cheap_tasks_
     assert [s.cheap for s in result.states] == [False, False, True, False]
 
 
+class FastDenseSession(FakeSession):
+    """Every schedule of the first task runs 20x faster than its untuned build (a matmul's default)."""
+
+    def __init__(self, untuned_s: dict[str, float], fast_key: str, **config):
+        super().__init__(untuned_s, **config)
+        self.fast_key = fast_key
+
+    def _latency(self, cand: Candidate) -> float:
+        return super()._latency(cand) / (20 if cand.task_key == self.fast_key else 1)
+
+
+def test_a_glue_task_cheap_by_the_untuned_latency_is_searched_once_the_defaults_cut_the_estimate(model_tasks):
+    tasks, untuned = model_tasks
+    dense, bias = tasks[0], tasks[2]  # the bias add: 0.5 % of the untuned latency, 5-20 % of the defaults'
+    session, db = FastDenseSession(untuned, dense.key), MemoryDatabase()
+    result = tune_model_tasks(session, [dense, bias], db, 8)
+    assert not any(s.cheap for s in result.states) and result.n_default == 0
+    assert "elementwise:" + bias.name in session.searched
+
+
 def test_on_a_gpu_only_the_cheap_tasks_defaults_are_measured():
     # a GPU group with no record gets dlight's schedule (the baseline itself): the search decides the rest
     target = make_target("sm_80")

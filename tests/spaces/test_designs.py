@@ -12,7 +12,8 @@ from tests.spaces.test_serial import _nhwc_mean
 
 
 def test_the_extra_designs_are_appended_in_their_stored_order_each_behind_a_settings_flag():
-    assert [e.name for e in EXTRA_DESIGNS] == ["streaming", "concat", "row", "attention", "serial", "dlight"]
+    assert [e.name for e in EXTRA_DESIGNS] == ["streaming", "concat", "row", "attention", "serial", "dlight",
+                                                 "injective"]
     flags = {f.name for f in dataclasses.fields(SpaceSettings) if f.type in (bool, "bool")}
     assert all(e.flag in flags for e in EXTRA_DESIGNS)
     assert len({e.flag for e in EXTRA_DESIGNS}) == len(EXTRA_DESIGNS)
