@@ -292,13 +292,8 @@ def time_in_model(model_path: str, entry: str, io_path: str, plan_path: str, n_r
     import json
 
     import numpy as np
-    import tvm
-    from tvm import relax
 
-    dev = tvm.cpu(0)
-    vm = relax.VirtualMachine(tvm.runtime.load_module(model_path), dev)
-    io = _load_io(io_path)
-    inputs = [tvm.runtime.tensor(io[f"in{i}"], dev) for i in range(sum(k.startswith("in") for k in io))]
+    vm, inputs, dev = _model_vm(model_path, io_path)
     with open(plan_path) as f:
         plan = json.load(f)
     constants = _load_io(plan.pop("constants"))
@@ -365,13 +360,7 @@ def _drop_wrong_variants(vm: Any, entry: str, inputs: list[Any], kernels: dict[s
 def profile_model(model_path: str, entry: str, io_path: str, n_runs: int) -> dict[str, float]:
     """Each kernel symbol the model calls -> its seconds per inference (all its calls), timed inside the model
     by the VM's instrument hook over ``n_runs`` inferences after a warm-up (the VM's own builtins left out)."""
-    import tvm
-    from tvm import relax
-
-    dev = tvm.cpu(0)
-    vm = relax.VirtualMachine(tvm.runtime.load_module(model_path), dev)
-    io = _load_io(io_path)
-    inputs = [tvm.runtime.tensor(io[f"in{i}"], dev) for i in range(sum(k.startswith("in") for k in io))]
+    vm, inputs, _ = _model_vm(model_path, io_path)
     vm[entry](*inputs)
     totals: dict[str, float] = {}
 
@@ -388,6 +377,17 @@ def profile_model(model_path: str, entry: str, io_path: str, n_runs: int) -> dic
         vm[entry](*inputs)
     vm.set_instrument(None)
     return {symbol: seconds / n_runs for symbol, seconds in totals.items()}
+
+
+def _model_vm(model_path: str, io_path: str) -> tuple[Any, list[Any], Any]:
+    """(the model library's VM on this CPU, the inputs in ``io_path`` as its tensors, the device)."""
+    import tvm
+    from tvm import relax
+
+    dev = tvm.cpu(0)
+    io = _load_io(io_path)
+    inputs = [tvm.runtime.tensor(io[f"in{i}"], dev) for i in range(sum(k.startswith("in") for k in io))]
+    return relax.VirtualMachine(tvm.runtime.load_module(model_path), dev), inputs, dev
 
 
 class _Variants:
@@ -440,15 +440,9 @@ def time_models(model_paths: list[str], entry: str, io_path: str, n_rounds: int,
                 min_round_ms: int) -> list[list[float]]:
     """Whole inferences of each model on the same inputs (TVM's timer on each VM), in interleaved rounds: per
     model, ``n_rounds`` samples of seconds per inference."""
-    import tvm
-    from tvm import relax
-
-    dev = tvm.cpu(0)
-    io = _load_io(io_path)
-    inputs = [tvm.runtime.tensor(io[f"in{i}"], dev) for i in range(sum(k.startswith("in") for k in io))]
     timers = []
     for path in model_paths:
-        vm = relax.VirtualMachine(tvm.runtime.load_module(path), dev)
+        vm, inputs, dev = _model_vm(path, io_path)
         vm[entry](*inputs)  # warm-up
         timers.append(vm.time_evaluator(entry, dev, number=1, repeat=1, min_repeat_ms=min_round_ms))
     samples: list[list[float]] = [[] for _ in model_paths]
