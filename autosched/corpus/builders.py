@@ -31,13 +31,13 @@ def whisper_encoder(size: str) -> tuple[Any, tuple]:
 def swin(size: str) -> tuple[Any, tuple]:
     """timm's swin_tiny_patch4_window7_224: at 224 x 224 its stages are 56, 28, 14 and 7 patches wide, cut into
     7 x 7 windows of 49 tokens (shifted every second block, with the attention mask and relative position bias
-    that come with it). Small: 64 x 64 images, windows of 4 x 4, width 32, one pair of blocks in the first
-    three stages (a shifted window in each) and 10 classes."""
+    that come with it). Small: 64 x 64 images, width 32, the first two stages (16 and 8 patches wide, a plain and
+    a shifted block each, the patch merging between them) in windows of 4 x 4, and 10 classes: 49 fusion groups."""
     timm = _timm()
     if size == "full":
         return timm.create_model("swin_tiny_patch4_window7_224", pretrained=False), (_torch().randn(1, 3, 224, 224),)
     model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=64, window_size=4,
-                              embed_dim=32, depths=(2, 2, 2, 1), num_heads=(1, 2, 4, 8), num_classes=10)
+                              embed_dim=32, depths=(2, 2), num_heads=(1, 2), num_classes=10)
     return model, (_torch().randn(1, 3, 64, 64),)
 
 
@@ -46,19 +46,21 @@ def diffusion_unet(size: str) -> tuple[Any, tuple]:
     ResNet blocks with the timestep embedding (sinusoidal projection, MLP) added in, transformer blocks
     (self-attention, cross-attention to the text states, GEGLU feed-forward), strided-convolution downsampling
     and nearest upsampling. Full: 32 x 32 latents of 4 channels, widths 128/256/512, 77 text states of 768.
-    Small: 16 x 16 latents, widths 32/64, 8 text states of 32."""
+    Small: 16 x 16 latents, widths 32/64, one ResNet block a stage, 8 text states of 32, and no middle block (its
+    ResNet and transformer blocks are of the kinds the other stages have: 81 fusion groups instead of 109)."""
     diffusers, torch = _diffusers(), _torch()
     if size == "full":
         widths, res, text, dim, heads = (128, 256, 512), 32, 77, 768, 8
         down = ("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D")
         up = ("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D")
+        layout = dict(layers_per_block=2, norm_num_groups=32)
     else:
         widths, res, text, dim, heads = (32, 64), 16, 8, 32, 4
         down, up = ("CrossAttnDownBlock2D", "DownBlock2D"), ("UpBlock2D", "CrossAttnUpBlock2D")
+        layout = dict(layers_per_block=1, norm_num_groups=8, mid_block_type=None)
     model = diffusers.UNet2DConditionModel(
-        sample_size=res, in_channels=4, out_channels=4, block_out_channels=widths, layers_per_block=2 if
-        size == "full" else 1, down_block_types=down, up_block_types=up, cross_attention_dim=dim,
-        attention_head_dim=heads, norm_num_groups=32 if size == "full" else 8)
+        sample_size=res, in_channels=4, out_channels=4, block_out_channels=widths, down_block_types=down,
+        up_block_types=up, cross_attention_dim=dim, attention_head_dim=heads, **layout)
     inputs = (torch.randn(1, 4, res, res), torch.tensor([500]), torch.randn(1, text, dim))
     return model, inputs
 
