@@ -214,7 +214,8 @@ def _print_unchecked(tasks: list) -> None:
 
 # --- compile / run ---------------------------------------------------------------------------------------
 def _warn_if_no_match(compiled, db, target) -> None:
-    """Say so when schedules came from another thread count, or when nothing tuned matched this target."""
+    """Say so when schedules came from another thread count, or when nothing tuned matched this target (and when
+    this target's tasks are there with no searched schedule yet: what a short run leaves)."""
     import json
     from collections import Counter
 
@@ -237,6 +238,11 @@ def _warn_if_no_match(compiled, db, target) -> None:
     if compiled.counts()["tuned"] or compiled.counts()["transferred"] or compiled.foreign or not db.tasks():
         return
     others = {json.loads(t.target).get("num-cores") for t in db.tasks()}
+    if threads is not None and int(threads) in others:  # measured on their default schedules only (a short run)
+        err.print("note: the database has no searched schedule for this target yet (its tasks were measured on their "
+                  "default schedules only): every fusion group runs its default schedule; a longer tuning run "
+                  "searches them", style="yellow", highlight=False)
+        return
     err.print(f"warning: none of the {len(db.tasks())} tasks in the database is for this target "
               f"({target.kind.name}, {threads} threads); it holds tasks for "
               f"{', '.join(str(o) for o in sorted(others, key=str))} thread(s): use the --target of the tuning "

@@ -209,3 +209,24 @@ def test_compiling_int8_for_another_cpu_builds_here_and_runs_nothing_built_for_i
     assert main(["run", str(path), "--target", NO_CPU, "--db", str(db)]) == 2
     err = capsys.readouterr().err.strip()
     assert "xop" in err and len(err.splitlines()) == 1
+
+
+def test_a_database_with_only_default_schedules_for_this_target_is_not_called_another_targets(capsys):
+    """A short run (``--time 30`` on a big model) leaves only the default schedules' measurements: every group
+    runs its default schedule, and the warning that the database is for another thread count would be wrong."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from autosched.cli.model import _warn_if_no_match
+
+    compiled = SimpleNamespace(borrowed={}, foreign=None, skipped={}, counts=lambda: Counter(default=3))
+    target = make_target("llvm", 2)
+
+    def db(threads: int) -> SimpleNamespace:
+        return SimpleNamespace(tasks=lambda: [SimpleNamespace(target=target_json(make_target("llvm", threads)))])
+
+    _warn_if_no_match(compiled, db(2), target)
+    err = capsys.readouterr().err
+    assert "no searched schedule for this target yet" in err and "none of the" not in err
+    _warn_if_no_match(compiled, db(1), target)
+    assert "none of the 1 tasks in the database is for this target" in capsys.readouterr().err
