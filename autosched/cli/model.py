@@ -185,12 +185,14 @@ def _print_model_table(name: str, result, db_path: str, n_groups: int) -> None:
                       fmt_s(s.best_s), gflops(s.task.flops, s.best_s),
                       f"{speedup:.1f}x" if speedup == speedup else "-", f"{s.contribution_s / total:.0%}")
     out.print(table)
-    gain = result.untuned_s / result.estimated_s if result.estimated_s else float("nan")
     stop = "; stopped by the time budget" if result.out_of_time else ""
     out.print(f"{name}: {counts}")
-    out.print(f"estimated kernel time per inference: {fmt_s(result.estimated_s)} (untuned {fmt_s(result.untuned_s)}, "
-              f"{gain:.1f}x); {result.n_new} new measurements in {result.elapsed_s:.0f} s "
-              f"({result.n_new / max(result.elapsed_s, 1e-9):.1f} per second){stop}; database: {db_path}")
+    estimate = (f"{fmt_s(result.estimated_s)} (untuned {fmt_s(result.untuned_s)}, "
+                f"{result.untuned_s / result.estimated_s:.1f}x)" if result.estimated_s else
+                "none, no task was measured (the time budget was spent before the first: give more --time)")
+    out.print(f"estimated kernel time per inference: {estimate}; {result.n_new} new measurements in "
+              f"{result.elapsed_s:.0f} s ({result.n_new / max(result.elapsed_s, 1e-9):.1f} per second){stop}; "
+              f"database: {db_path}")
     _print_unchecked([s.task for s in result.states])
 
 

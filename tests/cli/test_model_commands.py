@@ -230,3 +230,17 @@ def test_a_database_with_only_default_schedules_for_this_target_is_not_called_an
     assert "no searched schedule for this target yet" in err and "none of the" not in err
     _warn_if_no_match(compiled, db(1), target)
     assert "none of the 1 tasks in the database is for this target" in capsys.readouterr().err
+
+
+def test_a_tuning_run_that_measured_nothing_prints_no_estimate(capsys):
+    """``--time 30`` on a big model on a busy machine: export and import spend the budget, no task is measured,
+    and the summary says so (it printed "0.0 us (untuned 0.0 us, nanx)")."""
+    from types import SimpleNamespace
+
+    from autosched.cli.model import _print_model_table
+
+    result = SimpleNamespace(states=[], n_tasks=3, n_tuned=3, n_default=0, unmeasured=[1, 2, 3], estimated_s=0.0,
+                             untuned_s=0.0, n_new=0, elapsed_s=0.0, out_of_time=True)
+    _print_model_table("sd_unet@small", result, "x.db", 3)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "estimated kernel time per inference: none, no task was measured" in out and "nan" not in out
