@@ -16,6 +16,8 @@ def whisper_encoder(size: str) -> tuple[Any, tuple]:
     30 s of audio is 3,000 mel frames, which its two convolutions (the second of stride 2) turn into 1,500
     positions, each attending to all 1,500. Small: 2 layers of width 64 over 200 frames (100 positions)."""
     tf = _transformers()
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
     if size == "full":
         config = tf.WhisperConfig(d_model=384, encoder_layers=4, encoder_attention_heads=6, encoder_ffn_dim=1536,
                                   num_mel_bins=80, max_source_positions=1500)
@@ -23,8 +25,6 @@ def whisper_encoder(size: str) -> tuple[Any, tuple]:
         config = tf.WhisperConfig(d_model=64, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=128,
                                   num_mel_bins=80, max_source_positions=100)
     frames = 2 * config.max_source_positions  # the encoder accepts exactly this many frames
-    from transformers.models.whisper.modeling_whisper import WhisperEncoder
-
     return WhisperEncoder(config), (_torch().randn(1, config.num_mel_bins, frames),)
 
 
@@ -68,7 +68,8 @@ def diffusion_unet(size: str) -> tuple[Any, tuple]:
 def segmentation_unet(size: str) -> tuple[Any, tuple]:
     """segmentation-models-pytorch's Unet on a ResNet-34 encoder (random weights: ``encoder_weights=None``)
     at 128 x 128, 21 classes: 24 M parameters, 98 MB, more than a CPU's L3 cache. Small: a ResNet-18
-    encoder of depth 3 (three of its stages), decoder widths 32/16/8, 64 x 64, 4 classes."""
+    encoder of depth 3 (its stem and first two stages; the module keeps the unused stages' weights, the export
+    leaves them out), decoder widths 32/16/8, 64 x 64, 4 classes."""
     smp, torch = _smp(), _torch()
     if size == "full":
         return smp.Unet("resnet34", encoder_weights=None, classes=21), (torch.randn(1, 3, 128, 128),)
