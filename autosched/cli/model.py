@@ -8,6 +8,7 @@ rank) stops it with nothing written.
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import numpy as np
@@ -194,12 +195,14 @@ def _print_model_table(name: str, result, db_path: str, n_groups: int, copy_Bps:
                       fmt_s(s.best_s), gflops(s.task.flops, s.best_s), fmt_rate(rate), of_copy(rate, copy_Bps),
                       f"{speedup:.1f}x" if speedup == speedup else "-", f"{s.contribution_s / total:.0%}", *inside)
     out.print(table)
-    gain = result.untuned_s / result.estimated_s if result.estimated_s else float("nan")
     stop = "; stopped by the time budget" if result.out_of_time else ""
     out.print(f"{name}: {counts}")
-    out.print(f"estimated kernel time per inference: {fmt_s(result.estimated_s)} (untuned {fmt_s(result.untuned_s)}, "
-              f"{gain:.1f}x); {result.n_new} new measurements in {result.elapsed_s:.0f} s "
-              f"({result.n_new / max(result.elapsed_s, 1e-9):.1f} per second){stop}; database: {db_path}")
+    estimate = (f"{fmt_s(result.estimated_s)} (untuned {fmt_s(result.untuned_s)}, "
+                f"{result.untuned_s / result.estimated_s:.1f}x)" if result.estimated_s else
+                "none, no task was measured (the time budget was spent before the first: give more --time)")
+    out.print(f"estimated kernel time per inference: {estimate}; {result.n_new} new measurements in "
+              f"{result.elapsed_s:.0f} s ({result.n_new / max(result.elapsed_s, 1e-9):.1f} per second){stop}; "
+              f"database: {db_path}")
     if copy_Bps:
         out.print(f"GB/s: each task's buffers (inputs + outputs) over its best latency; of copy: of this machine's "
                   f"copy bandwidth at these threads, {copy_Bps / 1e9:.1f} GB/s")
@@ -207,9 +210,9 @@ def _print_model_table(name: str, result, db_path: str, n_groups: int, copy_Bps:
         phase = result.in_model
         verdict = "kept the new schedules" if phase.kept_new else "kept the database's schedules"
         out.print(f"model latency, measured (whole inference, TVM's timer): {fmt_s(phase.model_s)}, "
-                  f"{phase.model_s / result.estimated_s:.2f}x the estimate; end-to-end phase ({phase.elapsed_s:.0f} s):"
-                  " "
-                  f"the {phase.n_timed} heaviest tasks' best schedules timed inside the model, "
+                  f"{phase.model_s / (result.estimated_s or math.nan):.2f}x the estimate; end-to-end phase "
+                  f"({phase.elapsed_s:.0f} s): the {phase.n_timed} heaviest tasks' best schedules timed "
+                  "inside the model, "
                   f"{len(phase.changed)} tasks run another than their fastest alone; the model as the database had it "
                   f"{fmt_s(phase.before_s)}, with the new schedules {fmt_s(phase.new_s)}: {verdict}")
     _print_unchecked([s.task for s in result.states])
@@ -248,7 +251,8 @@ def _print_unchecked(tasks: list) -> None:
 
 # --- compile / run ---------------------------------------------------------------------------------------
 def _warn_if_no_match(compiled, db, target) -> None:
-    """Say so when schedules came from another thread count, or when nothing tuned matched this target."""
+    """Say so when schedules came from another thread count, or when nothing tuned matched this target (and when
+    this target's tasks are there with no searched schedule yet: what a short run leaves)."""
     import json
     from collections import Counter
 
@@ -271,6 +275,11 @@ def _warn_if_no_match(compiled, db, target) -> None:
     if compiled.counts()["tuned"] or compiled.counts()["transferred"] or compiled.foreign or not db.tasks():
         return
     others = {json.loads(t.target).get("num-cores") for t in db.tasks()}
+    if threads is not None and int(threads) in others:  # measured on their default schedules only (a short run)
+        err.print("note: the database has no searched schedule for this target yet (its tasks were measured on their "
+                  "default schedules only): every fusion group runs its default schedule; a longer tuning run "
+                  "searches them", style="yellow", highlight=False)
+        return
     err.print(f"warning: none of the {len(db.tasks())} tasks in the database is for this target "
               f"({target.kind.name}, {threads} threads); it holds tasks for "
               f"{', '.join(str(o) for o in sorted(others, key=str))} thread(s): use the --target of the tuning "

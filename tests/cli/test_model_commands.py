@@ -212,3 +212,38 @@ def test_compiling_int8_for_another_cpu_builds_here_and_runs_nothing_built_for_i
     assert main(["run", str(path), "--target", NO_CPU, "--db", str(db)]) == 2
     err = capsys.readouterr().err.strip()
     assert "xop" in err and len(err.splitlines()) == 1
+
+
+def test_a_database_with_only_default_schedules_for_this_target_is_not_called_another_targets(capsys):
+    """A short run (``--time 30`` on a big model) leaves only the default schedules' measurements: every group
+    runs its default schedule, and the warning that the database is for another thread count would be wrong."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from autosched.cli.model import _warn_if_no_match
+
+    compiled = SimpleNamespace(borrowed={}, foreign=None, skipped={}, counts=lambda: Counter(default=3))
+    target = make_target("llvm", 2)
+
+    def db(threads: int) -> SimpleNamespace:
+        return SimpleNamespace(tasks=lambda: [SimpleNamespace(target=target_json(make_target("llvm", threads)))])
+
+    _warn_if_no_match(compiled, db(2), target)
+    err = capsys.readouterr().err
+    assert "no searched schedule for this target yet" in err and "none of the" not in err
+    _warn_if_no_match(compiled, db(1), target)
+    assert "none of the 1 tasks in the database is for this target" in capsys.readouterr().err
+
+
+def test_a_tuning_run_that_measured_nothing_prints_no_estimate(capsys):
+    """``--time 30`` on a big model on a busy machine: export and import spend the budget, no task is measured,
+    and the summary says so (it printed "0.0 us (untuned 0.0 us, nanx)")."""
+    from types import SimpleNamespace
+
+    from autosched.cli.model import _print_model_table
+
+    result = SimpleNamespace(states=[], n_tasks=3, n_tuned=3, n_default=0, unmeasured=[1, 2, 3], estimated_s=0.0,
+                             untuned_s=0.0, n_new=0, elapsed_s=0.0, out_of_time=True)
+    _print_model_table("sd_unet@small", result, "x.db", 3)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "estimated kernel time per inference: none, no task was measured" in out and "nan" not in out

@@ -44,12 +44,14 @@ TOLERANCE = {"inception_v3": 3e-4}
 NO_ONNX_IMPORT = {"lstm": "LSTM", "gru": "GRU"}  # operators TVM's ONNX importer lacks
 EXPECTED_FALLBACKS: dict[str, list[str]] = {}  # graph rewrites a model goes without
 TORCHSCRIPT_MODELS = ("alexnet", "vgg11_bn", "convnext_tiny")  # classic; BN folded by the exporter; LayerNorm
-TORCH_PATH_MODELS = ("lstm", "gru", "bert", "vgg11_bn", "gpt2")  # vgg11_bn: batch norms reach autosched's folding
-# Every run of the suite: one model of each family and library, the cheapest (about a minute in all). The rest run
-# with --corpus (CI's second step, .ci/run; about 7 minutes on 2 cores): skipped otherwise, saying so.
-# Of issue 61's families, those that bring an operator kind no other model of every run has: whisper_encoder (1-D
-# convolutions), timm_swin_tiny (Pad, shifted 4 x 4 windows), sd_unet (GroupNorm as InstanceNormalization, Resize,
-# Sin/Cos, SiLU); smp_unet_resnet34's only new one, Resize, is sd_unet's too.
+# vgg11_bn: batch norms reach autosched's folding; timm_swin_tiny: torch.roll (Slice + Concat in ONNX); sd_unet:
+# group_norm, nearest upsampling and the timestep's sin/cos through TVM's PyTorch converters
+TORCH_PATH_MODELS = ("lstm", "gru", "bert", "vgg11_bn", "gpt2", "timm_swin_tiny", "sd_unet")
+# Every run of the suite: one model of each family and library, the cheapest (about a minute in all), and of issue
+# 61's families those that bring an operator kind no other model of every run has (about 65 s more on 2 busy cores):
+# whisper_encoder (1-D convolutions), timm_swin_tiny (Pad, shifted 4 x 4 windows), sd_unet (GroupNorm as
+# InstanceNormalization, Resize, Sin/Cos, SiLU); smp_unet_resnet34's only new one, Resize, is sd_unet's too. The rest
+# run with --corpus (CI's second step, .ci/run; about 7 minutes on 2 cores): skipped otherwise, saying so.
 EVERY_RUN = {"resnet50", "mobilenet_v2", "timm_vit_tiny", "bert", "gpt2", "t5", "lstm", "gru",
              "whisper_encoder", "timm_swin_tiny", "sd_unet", ("alexnet", 13), ("lstm", "torch"), ("gpt2", "torch")}
 
