@@ -26,7 +26,7 @@ h1 { font-size: 1.6em; margin-bottom: .2em; } h2 { margin-top: 1.8em; border-bot
 table { border-collapse: collapse; margin: .6em 0; max-width: 100%; }
 td, th { padding: .25em .6em; border-bottom: 1px solid #eee; } th { text-align: left; background: #f6f6f6; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.name { min-width: 12em; overflow-wrap: break-word; } td.knobs { min-width: 15em; }
+td.name { min-width: 12em; overflow-wrap: break-word; } td.knobs { min-width: 12em; }
 td.knobs code { display: block; max-width: 26em; }
 .searched { color: #2a6e3f; } .unsearched { color: #a0522d; } .searched, .unsearched { white-space: nowrap; }
 details summary { color: #666; font-size: 12px; }
@@ -274,17 +274,24 @@ def _best_table(r: Report) -> str:
                       + "</code></details>")
         rows.append([_name(t.name), _num(t.share * 100 if t.share is not None else None, ".1f", " %"), _searched(t),
                      _e(t.pattern), str(t.weight), str(t.n_measured), fmt_s(t.untuned_s), fmt_s(b.get("latency_s")),
-                     _inside(t), _num(b.get("gflops")), _num(b.get("gbps")),
-                     _num(b["of_copy"] * 100 if b.get("of_copy") is not None else None, ".0f", " %"),
-                     _num(b.get("speedup"), ".2f", "x"), str(b.get("trial", "-")), knobs])
+                     _inside(t), _num(b.get("gflops")), _rate(b), _num(b.get("speedup"), ".2f", "x"),
+                     str(b.get("trial", "-")), knobs])
     return ("<h2>Best schedule per task</h2><p>Largest share of the estimated model latency first (share: the "
             "task's weight x best latency over the sum of them). 'in model': per call, timed inside the model by its "
             "end-to-end phase (* another schedule than the fastest alone runs there: it was faster in the model). "
             "GB/s: the task's buffers, inputs and outputs, over "
-            f"its best latency; of copy: of {_copy_text(r)}.</p>" + _table(
+            f"its best latency, in brackets its share of {_copy_text(r)}.</p>" + _table(
                 ["task", "share", "searched?", "pattern", "weight", "trials", "untuned", "best", "in model", "GFLOPS",
-                 "GB/s", "of copy", "speedup", "at trial", "knob values"], rows, set(range(4, 14)) | {1},
+                 "GB/s", "speedup", "at trial", "knob values"], rows, set(range(4, 13)) | {1},
                 "best-per-task"))
+
+
+def _rate(best: dict) -> str:
+    """'5.0 (96 %)': GB/s and the share of the copy bandwidth, where known."""
+    if best.get("gbps") is None:
+        return "-"
+    share = f" ({best['of_copy'] * 100:.0f} %)" if best.get("of_copy") is not None else ""
+    return f"{best['gbps']:.1f}{share}"
 
 
 def _inside(t: TaskReport) -> str:
