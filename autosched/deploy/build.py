@@ -214,17 +214,26 @@ def _best_of_alternatives(db: Database | None, mod: IRModule, alternatives: list
 
 
 def _best_schedule_record(db: Database | None, key: str, tjson: str, skipped: Counter) -> Any | None:
-    """The record a model's end-to-end phase chose for the task (``Database.selected``), else the task's best
-    record measured with this TVM release (others are counted into ``skipped``), unless
-    nothing but its untuned baseline was measured: a budget that ran out after the baselines must not leave
-    the group unscheduled (the default schedule is 5-10x faster). Where a schedule was measured and the
-    baseline still won (a tiny transpose), the baseline is the best record."""
+    """The record a model's end-to-end phase chose for the task (``Database.selected``), else its
+    ``best_alone_record``."""
     from autosched._tvm import TVM_VERSION
     from autosched.session import same_release
 
     chosen = db.selected(key, tjson) if db is not None else None  # chosen inside the model: it comes first
     if chosen is not None and same_release(chosen.tvm_version, TVM_VERSION):
         return chosen
+    return best_alone_record(db, key, tjson, skipped)
+
+
+def best_alone_record(db: Database | None, key: str, tjson: str, skipped: Counter | None = None) -> Any | None:
+    """The task's best record as timed alone, measured with this TVM release (others are counted into
+    ``skipped``), unless nothing but its untuned baseline was measured (None then): a budget that ran out after
+    the baselines must not leave the group unscheduled (the default schedule is 5-10x faster). Where a schedule
+    was measured and the baseline still won (a tiny transpose), the baseline is the best record."""
+    from autosched._tvm import TVM_VERSION
+    from autosched.session import same_release
+
+    skipped = Counter() if skipped is None else skipped
     best = db.best(key, tjson) if db is not None else None
     if best is None or (best.trace_json is not None and same_release(best.tvm_version, TVM_VERSION)):
         return best  # the common case: one query, no scan of the task's records

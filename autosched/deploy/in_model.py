@@ -144,11 +144,17 @@ def _before_run(db: Database, task: Any, run_started: float) -> TuningRecord | N
     if chosen is not None:
         return chosen
     older = [r for r in _ok(db, task) if r.created_at < run_started]
-    return min(older, key=lambda r: r.latency_s, default=None)
+    if not any(r.trace_json is not None for r in older):
+        return None  # its untuned baseline alone (or nothing): compile gave it its default schedule
+    return min(older, key=lambda r: r.latency_s)
 
 
 def _best(db: Database, task: Any) -> TuningRecord | None:
-    return db.best(task.key, task.target_json)
+    """What compile applies to the task without a selection: its best record alone (None: its default schedule,
+    where nothing but the untuned baseline was measured)."""
+    from autosched.deploy.build import best_alone_record
+
+    return best_alone_record(db, task.key, task.target_json)
 
 
 def _ok(db: Database, task: Any) -> list[TuningRecord]:

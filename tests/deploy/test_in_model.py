@@ -27,9 +27,11 @@ pytest.importorskip("torch")
 CONFIG = TuneConfig(n_trials=6, n_threads=1, batch_size=4, cost_model="none", repeat=2, min_repeat_ms=1, in_model=0)
 
 
-def _record(task, latency_s: float, decisions: list, created_at: float = 0.0) -> TuningRecord:
-    return TuningRecord(task.key, task.target_json, {}, decisions, None, Status.OK, [latency_s], None, "0", "0", 1,
-                        created_at=created_at or time.time())
+def _record(task, latency_s: float, decisions: list, created_at: float = 0.0, trace=None) -> TuningRecord:
+    from autosched._tvm import TVM_VERSION
+
+    return TuningRecord(task.key, task.target_json, {}, decisions, trace, Status.OK, [latency_s], None, "0",
+                        TVM_VERSION, 1, created_at=created_at or time.time())
 
 
 # --- which tasks and which schedules: no builds ---------------------------------------------------------------
@@ -48,6 +50,18 @@ def test_variants_start_with_what_the_database_had_then_the_fastest_distinct_alo
     picked = in_model._variants(db, task, old, 4, 1.5)
     assert [r.decisions for r in picked] == [[1], [2], [5], [3]]  # [2] once; [4] is slower alone than the limit
     assert [r.decisions for r in in_model._variants(db, task, None, 2, 1.5)] == [[2], [5]]
+
+
+def test_a_task_with_nothing_but_its_untuned_baseline_is_left_to_its_default_schedule():
+    """A budget that ran out after the baselines: the phase neither builds nor stores the untuned kernel for it
+    (compile gives such a group its default schedule, 5-10x faster; a segmentation UNet ran 27x ONNX Runtime's time
+    when the phase kept the baselines)."""
+    db, task = MemoryDatabase(), op_task("matmul", (16, 16, 16), make_target("llvm", 1), 1)
+    db.commit([_record(task, 1.0, BASELINE_DECISIONS, created_at=1.0)])
+    assert in_model._best(db, task) is None and in_model._before_run(db, task, run_started=2.0) is None
+    db.commit([_record(task, 3.0, [1], created_at=1.5, trace=[])])  # a schedule measured, slower than untuned
+    assert in_model._best(db, task).decisions == BASELINE_DECISIONS
+    assert in_model._before_run(db, task, run_started=2.0).decisions == BASELINE_DECISIONS
 
 
 # --- the database keeps the choice ---------------------------------------------------------------------------
