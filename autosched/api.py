@@ -331,7 +331,7 @@ def tune_planned_model(plan: ModelPlan, db: str | Database = DEFAULT_DATABASE,
 
 def _in_model_reserve_s(plan: ModelPlan) -> float:
     """Seconds kept from the search for the end-to-end phase (``deploy/in_model.py``): 0 where it does not run
-    (off, shape buckets, a GPU or RPC devices, or a time budget under four times what it may take); without a time
+    (off, shape buckets, a GPU or RPC devices, or a time budget under three times what it may take); without a time
     budget it runs after the trials, as long as it takes."""
     from autosched.deploy.in_model import expected_cost_s
 
@@ -339,7 +339,7 @@ def _in_model_reserve_s(plan: ModelPlan) -> float:
     if not config.in_model or plan.fused is None or plan.target.kind.name != "llvm" or config.rpc:
         return 0.0
     cost = expected_cost_s(plan.n_groups)
-    return cost if not plan.deadline.limited or config.time_budget_s >= 4 * cost else 0.0
+    return cost if not plan.deadline.limited or config.time_budget_s >= 3 * cost else 0.0
 
 
 def _in_model_phase(session: Any, plan: ModelPlan, result: Any, db: Database, started: float,

@@ -208,7 +208,8 @@ def _print_model_table(name: str, result, db_path: str, n_groups: int, copy_Bps:
                   f"copy bandwidth at these threads, {copy_Bps / 1e9:.1f} GB/s")
     if result.in_model is not None:
         phase = result.in_model
-        verdict = "kept the new schedules" if phase.kept_new else "kept the database's schedules"
+        verdict = ("kept the new schedules" if phase.kept_new else "kept the database's schedules" if phase.stored
+                   else "out of time to build the new ones: nothing changed")
         out.print(f"model latency, measured (whole inference, TVM's timer): {fmt_s(phase.model_s)}, "
                   f"{phase.model_s / (result.estimated_s or math.nan):.2f}x the estimate; end-to-end phase "
                   f"({phase.elapsed_s:.0f} s): the {phase.n_timed} heaviest tasks' best schedules timed "

@@ -68,6 +68,8 @@ class InModelResult:
     alone_s: dict[str, float] = field(default_factory=dict)  # ... and as timed alone (weight x best)
     elapsed_s: float = 0.0
     n_timed: int = 0  # tasks whose schedules were timed inside the model (the heaviest)
+    stored: bool = True  # the kept combination is stored as the tasks' selections (False: out of time, the model
+    # was only timed as the database has it)
 
     @property
     def model_s(self) -> float:
@@ -76,9 +78,9 @@ class InModelResult:
 
 
 def expected_cost_s(n_groups: int) -> float:
-    """A rough upper bound of the phase's seconds: two builds of the model (~0.15 s per fusion group each on two
-    cores) and the variants' builds and timing."""
-    return 10.0 + 0.3 * n_groups
+    """A rough bound of the phase's seconds: two builds of the model (0.1-0.25 s per fusion group each on two
+    cores, more on a loaded machine) and the variants' builds and timing."""
+    return 10.0 + 0.5 * n_groups
 
 
 def tune_in_model(session: Any, model: Any, fused: Any, states: list[TaskState], db: Database, run_started: float,
@@ -119,7 +121,10 @@ def tune_in_model(session: Any, model: Any, fused: Any, states: list[TaskState],
         new = {**{k: b for k, t in tasks.items() if (b := _best(db, t)) is not None}, **chosen}
         if not deadline.allows(1.5 * build_s):
             log.info("%s: no time left to build and time the in-model choice; nothing stored", model.name)
-            return None
+            (alone,) = call(worker.time_models, [paths["model"]], model.entry, paths["io"], WHOLE_ROUNDS, 50)
+            seconds = float(statistics.median(alone))
+            return InModelResult(seconds, seconds, False, in_model_s=profile, elapsed_s=time.perf_counter() - started,
+                                 stored=False)
         report("in-model: the new schedules against the database's, whole model")
         candidate = compile_model(model, target, db, fused=fused, chosen=new)
         before_rounds, new_rounds = call(
