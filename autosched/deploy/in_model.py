@@ -46,8 +46,8 @@ from autosched.tune import NO_DEADLINE, Deadline
 
 log = logging.getLogger("autosched.deploy.in_model")
 
-MAX_TASKS = 12  # tasks timed inside the model: the heaviest, by share of the estimate ...
-COVERED_SHARE = 0.9  # ... until they cover this share of it
+MAX_TASKS = 12  # tasks whose schedules are timed inside the model: the heaviest there, by their time in it ...
+COVERED_SHARE = 0.9  # ... until they cover this share of the kernels' time
 MAX_ALONE_RATIO = 1.25  # a variant whose time alone is above this times the model's own kernel's time inside the
 # model is not tried there (inside, a kernel is rarely faster than alone)
 ROUNDS_PER_VARIANT = 7  # inferences each variant runs in (its median counts)
@@ -214,6 +214,20 @@ def _time_variants(session: Any, call: Callable, tasks: dict[str, Any], variants
                    ) -> dict[str, tuple[TuningRecord, float]]:
     """Each task -> (its variant fastest inside the model, that variant's seconds per inference there); the
     incumbent's own schedule for a task is its variant 0 (what the model was built with)."""
+    out = {}
+    for key, medians in variant_times(session, call, tasks, variants, incumbent, fused, paths, tmp).items():
+        pick = int(np.argmin(medians))
+        if medians[pick] >= medians[0] * (1 - NOISE):
+            pick = 0  # not clearly faster than what the model has: keep it
+        out[key] = (variants[key][pick], float(medians[pick]))
+    return out
+
+
+def variant_times(session: Any, call: Callable, tasks: dict[str, Any], variants: dict[str, list[TuningRecord]],
+                  incumbent: Any, fused: Any, paths: dict[str, str], tmp: str) -> dict[str, list[float]]:
+    """Each task -> the median seconds per inference inside the model of each of its ``variants`` (the first:
+    the incumbent's own, as built; inf: left out, its outputs differed); ``call`` runs a function in the
+    phase's worker; ``paths``: the incumbent's library ("model") and the model's inputs ("io")."""
     sites = call_sites(fused, incumbent.entry)
     symbols = {name: key for name, key in incumbent.keys.items() if key in variants}
     plan, constants, libraries = {}, {}, {}
@@ -228,7 +242,7 @@ def _time_variants(session: Any, call: Callable, tasks: dict[str, Any], variants
         plan[symbol] = {"variants": [b["path"] for b in builds], "calls": positions}
         for i, consts in enumerate(sites[name]):
             constants.update({f"{symbol}|{i}|{p}": a for p, a in consts.items()})
-        libraries[symbol] = (key, name)
+        libraries[symbol] = key
     if not plan:
         return {}
     plan_path, const_path = os.path.join(tmp, "plan.json"), os.path.join(tmp, "constants.npz")
@@ -238,15 +252,8 @@ def _time_variants(session: Any, call: Callable, tasks: dict[str, Any], variants
     n_rounds = ROUNDS_PER_VARIANT * max(len(v["variants"]) + 1 for v in plan.values())
     samples = call(worker.time_in_model, paths["model"], incumbent.entry, paths["io"], plan_path, n_rounds,
                    session.config.seed)
-    out = {}
-    for symbol, per_variant in samples.items():
-        key, _ = libraries[symbol]
-        medians = [statistics.median(s) if s else INF for s in per_variant]
-        pick = int(np.argmin(medians))
-        if medians[pick] >= medians[0] * (1 - NOISE):
-            pick = 0  # not clearly faster than what the model has: keep it
-        out[key] = (variants[key][pick], float(medians[pick]))
-    return out
+    return {libraries[symbol]: [float(statistics.median(s)) if s else INF for s in per_variant]
+            for symbol, per_variant in samples.items()}
 
 
 def _build_variants(session: Any, task: Any, records: list[TuningRecord]) -> list[dict] | None:
