@@ -28,6 +28,7 @@ from autosched.spaces.microkernel import vector_width
 from autosched.spaces.tiling import divisors
 
 STAGES = ("attn_scores", "attn_logits", "attn_max", "attn_exp", "attn_sum", "attn_acc", "attn_out")
+COPIES = ("attn_kpad", "attn_crop")  # where keys or query rows are padded (graph/attention.py)
 MAX_PAIRS, MAX_REGISTER_ROWS, MAX_LANES = 64, 8, 64
 ACCUMULATORS = 28  # vector registers a register tile may hold (of AVX-512's 32; 12 of 16 below it)
 BLOCK_SCORES = 16384  # scores of a block (rows x keys floats, 64 KB; the exponentials as many): in L2 by default
@@ -55,12 +56,13 @@ def attention_design(mod: IRModule, target: Target) -> Trace | None:
     sch = Schedule(mod, error_render_level="none")
     try:
         blocks = {sch.get(b).name_hint: b for b in sch.get_child_blocks(sch.get_sblock("root"))}
-        if set(blocks) - {"attn_kpad"} != set(STAGES):
+        if set(blocks) - set(COPIES) != set(STAGES):
             return None
         tiles = default_decisions(_extents(sch, blocks), llvm_vector_bits(target))
         sch.compute_inline(blocks["attn_logits"])
-        if "attn_kpad" in blocks:
-            _pad_copy(sch, blocks["attn_kpad"], _n_cores(target) > 1, llvm_vector_bits(target) // 32)
+        for name in COPIES:
+            if name in blocks:
+                _copy(sch, blocks[name], _n_cores(target) > 1, llvm_vector_bits(target) // 32)
         partial = {name: _split_reduction(sch, blocks[name], tiles.reduce_lanes) for name in ("attn_max", "attn_sum")}
         block_loop, register_rows = _blocks(sch, blocks["attn_out"], tiles)
         if _n_cores(target) > 1:
@@ -78,13 +80,14 @@ def attention_design(mod: IRModule, target: Target) -> Trace | None:
     return sch.trace
 
 
-def _pad_copy(sch: Schedule, block: Any, parallel: bool, lanes: int) -> None:
-    """The padded copy of Kᵀ (pairs, head dimension, padded keys): parallel over its rows, vectorised along them."""
-    *rows, keys = sch.get_loops(block)
+def _copy(sch: Schedule, block: Any, parallel: bool, lanes: int) -> None:
+    """A copy around the blocks (Kᵀ padded, the output's real rows cropped): parallel over its rows, vectorised
+    along them."""
+    *rows, cols = sch.get_loops(block)
     fused = sch.fuse(*rows)
     if parallel:
         sch.parallel(fused)
-    sch.vectorize(sch.split(keys, [None, vector_width(_extent(sch, keys), lanes, lanes)])[1])
+    sch.vectorize(sch.split(cols, [None, vector_width(_extent(sch, cols), lanes, lanes)])[1])
 
 
 def _n_cores(target: Target) -> int:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from autosched._tvm import tvm
-from autosched.graph.attention import attention_func, padded_keys
+from autosched.graph.attention import attention_func, padded_keys, padded_queries
 from autosched.spaces.attention import default_decisions
 from autosched.spaces.settings import settings_for
 from autosched.spaces.trace_space import TraceSearchSpace
@@ -48,11 +48,13 @@ def _run(sch, arrays, out_shape) -> np.ndarray:
 
 
 # (lead, queries, keys, head dim, mask, scale, divide): Swin's windows (49 keys, a mask per window, windows x heads
-# as batch), a speech encoder's 1500 keys, a key padding mask with head dim 8, head dim 128
+# as batch), a speech encoder's 1500 keys, a key padding mask with head dim 8, head dim 128, ViT's 197 tokens (rows
+# and keys padded) with a mask of its own per row
 SHAPES = [((16, 3), 49, 49, 32, (16, 1, 49, 49), 0.125, False),
           ((1, 2), 60, 1500, 64, None, 8.0, True),
           ((1, 4), 64, 100, 8, (1, 1, 1, 100), 0.5, False),
-          ((2,), 32, 256, 128, None, 0.088, False)]
+          ((2,), 32, 256, 128, None, 0.088, False),
+          ((1, 3), 197, 197, 64, (197, 197), 0.125, False)]
 
 
 @pytest.mark.parametrize("lead,n_q,n_k,depth,mask,scale,divide", SHAPES)
@@ -69,7 +71,7 @@ def test_a_fused_attention_defaults_to_its_blockwise_design_and_computes_softmax
     np.testing.assert_allclose(_run(sch, arrays, want.shape), want, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[2]])
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[2], SHAPES[4]])
 def test_other_settings_of_the_knobs_stay_legal_and_compute_the_same(shape):
     lead, n_q, n_k, depth, mask, scale, divide = shape
     space = _space(lead, n_q, n_k, depth, mask, scale, divide)
@@ -91,3 +93,8 @@ def test_the_default_tiles_are_whole_vectors_and_register_tiles_that_fit(n_keys)
     assert tiles.value_lanes == 64 and n_keys % tiles.register_rows == 0 and tiles.register_rows >= 4
     assert tiles.register_rows * tiles.key_lanes // 16 <= 28  # accumulators in AVX-512's 32 registers
     assert tiles.block_rows % tiles.register_rows == 0 and n_keys % tiles.block_rows == 0
+
+
+def test_rows_are_padded_only_where_no_register_tile_of_rows_divides_them():
+    assert [padded_queries(n) for n in (1, 7, 49, 77, 1500, 197, 577)] == [1, 7, 49, 77, 1500, 200, 584]
+    assert [padded_keys(n) for n in (16, 49, 1500, 4096)] == [16, 64, 1504, 4096]
