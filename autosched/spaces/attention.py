@@ -163,10 +163,10 @@ def _split_reduction(sch: Schedule, block: Any, lanes: int) -> Any:
 
 
 def _rows_inner(sch: Schedule, partial: Any, register_rows: Any) -> None:
-    """A partial row reduction under the block loop (lanes, pairs, rows, keys: rfactor's order) as the register rows
-    by the lanes inside the keys: as many independent chains of vector maxima (or adds) as rows, not one chain of a
-    row's length."""
-    *_, lanes, _, rows, keys = sch.get_loops(partial)
+    """A partial row reduction under the block loop (lanes, leading dims, rows, keys: rfactor's order) as the register
+    rows by the lanes inside the keys: as many independent chains of vector maxima (or adds) as rows, not one chain of
+    a row's length."""
+    _, lanes, *_, rows, keys = sch.get_loops(partial)  # under the block loop: lanes, each leading dim, rows, keys
     row_outer, row_inner = sch.split(rows, [None, register_rows])
     sch.reorder(row_outer, keys, row_inner, lanes)
     sch.unroll(row_inner)

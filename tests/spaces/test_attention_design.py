@@ -66,6 +66,7 @@ def test_a_fused_attention_defaults_to_its_blockwise_design_and_computes_softmax
     assert design is not None and params["design"] == design
     script = sch.mod.script()
     assert "T.parallel" in script and "T.vectorized" in script and 'scope="local"' in script
+    assert "T.vectorized(1)" not in script  # every stage along whole vectors (the reductions' lanes found too)
     arrays = _inputs(lead, n_q, n_k, depth, mask)
     want = _reference(arrays, scale, divide)
     np.testing.assert_allclose(_run(sch, arrays, want.shape), want, rtol=1e-4, atol=1e-5)
