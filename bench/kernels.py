@@ -3,6 +3,7 @@
     python bench/kernels.py                       # the full run (1 thread, 64 trials, 5 seeds)
     python bench/kernels.py --workloads matmul --seeds 1 --trials 16 --skip-ms    # a quick look
     python bench/kernels.py --glue --threads 2 --trials 32 --out kernels_glue_t2     # memory-bound glue, in GB/s
+    python bench/kernels.py --attention --threads 2 --trials 16 [--quick]         # fused attention vs matmul
 
 One process, one thread count for everyone. For each workload and seed: autosched at N trials and
 MetaSchedule ``tune_tir`` at its default settings and N trials, each tuner's whole wall time (its start-up
@@ -17,6 +18,11 @@ its latency) of the untuned build, the rules' default (the space without the inj
 default and its best after ``--trials`` of search, beside this machine's copy bandwidth at ``--threads``. Timed
 with every call on its own copy of the buffers, enough copies to pass through 4x the last-level cache, so each
 call reads from and writes to memory as a copy of a buffer that large does.
+
+``--attention``: the fused attention (``graph/attention.py``) instead, for key counts 49 to 4096 and head dims 32 to
+128, batch x heads chosen so that each kernel is a few ms: its default schedule and its schedule after a short
+autosched tune, beside the same shape's batched matmul Q·Kᵀ tuned by autosched with as many trials, GFLOPS of each
+(attention: its two products, 4 x pairs x queries x keys x head dim). Writes bench/results/kernels_attention.json.
 """
 
 from __future__ import annotations
@@ -434,6 +440,148 @@ def run_glue(args) -> None:
     print(f"wrote {write_json(args.out, payload)}")
 
 
+# --- fused attention against matmul (--attention) ---------------------------------------------------------------
+ATTENTION_KEYS, ATTENTION_DEPTHS = (49, 256, 1024, 1500, 4096), (32, 64, 128)
+ATTENTION_QUICK = ((49, 32), (256, 64), (1500, 64), (4096, 64))
+ATTENTION_HEADS = 4
+ATTENTION_FLOPS = 1.0e9  # per kernel call: a few ms at matmul speed on two cores
+
+
+def attention_shapes(quick: bool) -> list[tuple[int, int, int, int, int]]:
+    """(batch, heads, queries, keys, head dim) per benchmarked attention: self-attention where 4 heads of it fit
+    ``ATTENTION_FLOPS``, fewer queries (a power of 2) where they do not; the batch (windows) fills the rest."""
+    pairs = ATTENTION_QUICK if quick else [(k, d) for k in ATTENTION_KEYS for d in ATTENTION_DEPTHS]
+    out = []
+    for n_k, depth in pairs:
+        per_query = 4.0 * ATTENTION_HEADS * n_k * depth
+        fits = max(int(ATTENTION_FLOPS / per_query), 64)
+        n_q = n_k if per_query * n_k <= 2 * ATTENTION_FLOPS else 1 << fits.bit_length() - 1
+        batch = max(1, round(ATTENTION_FLOPS / (per_query * n_q)))
+        out.append((batch, ATTENTION_HEADS, n_q, n_k, depth))
+    return out
+
+
+def attention_task(shape: tuple[int, int, int, int, int], target):
+    """The fused attention of ``shape`` (scale 1/sqrt(d), no mask) as a task with its numpy reference."""
+    import numpy as np
+
+    from autosched._tvm import IRModule
+    from autosched.graph.attention import attention_func
+    from autosched.spaces.settings import settings_for
+    from autosched.tasks import Task
+
+    batch, heads, n_q, n_k, depth = shape
+    lead, scale = (batch, heads), depth ** -0.5
+    func = attention_func((*lead, n_q, depth), (*lead, depth, n_k), (*lead, n_k, depth), None, scale, False, False)
+
+    def reference(inputs):
+        q, kt, v = inputs
+        logits = q @ kt * np.float32(scale)
+        p = np.exp(logits - logits.max(-1, keepdims=True))
+        return [(p / p.sum(-1, keepdims=True)) @ v]
+
+    return Task(f"attention_{'x'.join(map(str, shape))}", IRModule({"main": func.with_attr("global_symbol", "main")}),
+                target, settings_for(target).version, 4.0 * batch * heads * n_q * n_k * depth, reference=reference)
+
+
+def tuned_kernel(task, args):
+    """The task's best schedule after ``args.trials`` autosched trials (seed 0) starting from the task's default
+    schedule (as a model's tune does: its defaults phase), None where none measured right, and the tune's wall
+    seconds."""
+    from autosched.apply import schedule_from_record
+    from autosched.config import TuneConfig
+    from autosched.db import MemoryDatabase
+    from autosched.session import TuningSession
+
+    start = time.perf_counter()
+    with TuningSession(TuneConfig(n_trials=args.trials, n_threads=args.threads, seed=0), task.target_json) as session:
+        db = MemoryDatabase()
+        strategy = session.strategy(task, db)
+        strategy.propose(strategy.space.default_schedule()[0])
+        result = session.tune(task, db, strategy=strategy)
+    best = None if result.best is None else schedule_from_record(task.mod, result.best).mod
+    return best, time.perf_counter() - start
+
+
+def bench_attention_shape(shape: tuple[int, int, int, int, int], args) -> dict:
+    """GFLOPS of the fused attention (default schedule, tuned) and of its Q·Kᵀ as a tuned batched matmul, timed in
+    interleaved rounds after a check against numpy."""
+    from autosched.spaces.settings import settings_for
+    from autosched.spaces.trace_space import TraceSearchSpace
+    from autosched.tasks import make_target, op_task
+
+    target = make_target("llvm", args.threads)
+    batch, heads, n_q, n_k, depth = shape
+    fused = attention_task(shape, target)
+    scores = op_task("batch_matmul", (batch * heads, n_q, n_k, depth), target, settings_for(target).version)
+    space = TraceSearchSpace(fused.mod, target, settings_for(target))
+    fused_mod, fused_tune_s = tuned_kernel(fused, args)
+    qk_mod, qk_tune_s = tuned_kernel(scores, args)
+    kernels = {"fused default": (fused, space.default_schedule()[1].mod), "fused tuned": (fused, fused_mod),
+               "matmul QK tuned": (scores, qk_mod)}
+    seconds = time_kernels(kernels, args.repeat)
+    row = {"shape": {"batch": batch, "heads": heads, "queries": n_q, "keys": n_k, "head_dim": depth},
+           "trials": args.trials, "fused_tune_s": fused_tune_s, "matmul_tune_s": qk_tune_s, "load": load_now()}
+    for name, (task, _) in kernels.items():
+        key = name.replace(" ", "_")
+        row[f"{key}_s"] = seconds.get(name)
+        row[f"{key}_gflops"] = task.flops / seconds[name] / 1e9 if seconds.get(name) else None
+    print(f"  attention {'x'.join(map(str, shape))}: " + ", ".join(
+        f"{name} {row[name.replace(' ', '_') + '_gflops'] or 0:.0f}" for name in kernels) + " GFLOPS", flush=True)
+    return row
+
+
+def time_kernels(kernels: dict, repeat: int) -> dict[str, float]:
+    """Median seconds per call of each (task, module), each checked against its task's reference first (a wrong
+    one is left out, with a line)."""
+    from autosched.measure.worker import _compare
+
+    calls = {}
+    for name, (task, mod) in kernels.items():
+        if mod is None:
+            continue
+        inputs = task.random_inputs(0)
+        call, outs = kernel_call(mod, task.target, inputs, task.arg_specs()[-task.n_outputs:])
+        call()
+        errors = [_compare(o.numpy(), w, 1e-3, 1e-4) for o, w in zip(outs, task.reference(inputs), strict=True)]
+        if any(errors):
+            print(f"  {name}: wrong result ({errors}), not timed", flush=True)
+            continue
+        calls[name] = call
+    return {k: statistics.median(v) for k, v in time_interleaved(calls, repeat, min_round_s=0.05).items()}
+
+
+def print_attention_table(rows: list[dict], args) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Fused attention, float32, {args.threads} thread(s), {args.trials} trials; GFLOPS")
+    for c in ("batch x heads", "queries", "keys", "head dim", "fused default", "fused tuned", "matmul QK tuned",
+              "fused / matmul"):
+        table.add_column(c, justify="right")
+    f = lambda v, p=0: "-" if v is None else f"{v:.{p}f}"
+    for r in rows:
+        s, ratio = r["shape"], None
+        if r.get("fused_tuned_gflops") and r.get("matmul_QK_tuned_gflops"):
+            ratio = r["fused_tuned_gflops"] / r["matmul_QK_tuned_gflops"]
+        table.add_row(f"{s['batch']}x{s['heads']}", str(s["queries"]), str(s["keys"]), str(s["head_dim"]),
+                      f(r["fused_default_gflops"]), f(r["fused_tuned_gflops"]), f(r["matmul_QK_tuned_gflops"]),
+                      f(ratio, 2))
+    Console(width=160).print(table)
+
+
+def run_attention(args) -> None:
+    info = machine_info()
+    print(f"machine: {info}", flush=True)
+    name = args.out if args.out != "kernels" else "kernels_attention"
+    rows = []
+    for shape in attention_shapes(args.quick):
+        rows.append(bench_attention_shape(shape, args))
+        write_json(name, {"machine": info, "args": vars(args), "rows": rows})
+    print_attention_table(rows, args)
+    print(f"wrote {write_json(name, {'machine': info, 'args': vars(args), 'rows': rows})}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workloads", default=None, help=f"default: {','.join(SHAPES)} (with --glue: {','.join(GLUE)})")
@@ -444,6 +592,8 @@ def main() -> None:
     p.add_argument("--skip-ms", action="store_true", help="leave MetaSchedule out (quick runs)")
     p.add_argument("--out", default="kernels")
     p.add_argument("--glue", action="store_true", help="the memory-bound glue rows instead, in GB/s (GLUE)")
+    p.add_argument("--attention", action="store_true", help="the fused attention section instead of the workloads")
+    p.add_argument("--quick", action="store_true", help="with --attention: 4 of its 15 shapes")
     args = p.parse_args()
     fair_environment(args.threads)
     if args.glue:
@@ -460,6 +610,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     except ImportError:
         pass
+    if args.attention:
+        with threadpool_limits(args.threads):
+            return run_attention(args)
     info = machine_info()
     print(f"machine: {info}", flush=True)
     rows = []

@@ -9,7 +9,8 @@ a block of query rows' scores in cache. This pass (a graph rewrite, before legal
 call of a PrimFunc computing it in stages named ``attn_*`` (scores, max, exp, sum, weighted values, normalise), which
 the CPU space schedules blockwise over query rows (``spaces/attention.py``): every stage of a block of rows runs
 before the next block's, the rows' scores stay in cache, and the softmax is exact (the whole key row at once, not
-an online rescaling: a key row of 1500 floats is 6 KB).
+an online rescaling: a key row of 1500 floats is 6 KB). Keys are padded to a multiple of 16 inside the function
+(``padded_keys``), so every vector along them is whole.
 
 Matched only where every shape is static, Q, Kᵀ and V share their leading (batch and head) dimensions, softmax is
 over the last axis, the mask broadcasts to the scores, and everything is float32 with at least
@@ -22,7 +23,9 @@ from typing import Any
 
 from autosched._tvm import IRModule, relax, te, tirx, tvm
 
-MIN_KEYS = 256  # shorter key rows: the unfused scores fit in cache, and each matmul tunes on its own as well
+# Fewer keys: the three unfused kernels are as fast (16 keys x 16 queries, d 64, 384 heads, 2 threads: 0.81 ms fused,
+# 0.78 unfused); from 49 keys on the fused kernel wins (Swin's windows, 256 x 49 x 49, d 32: 2.4-3.3 ms against 5.8)
+MIN_KEYS = 32
 
 
 def _pattern() -> tuple[Any, dict[str, Any]]:
@@ -72,50 +75,99 @@ def _zeros(const: Any) -> bool:
     return value.size > 0 and not value.any()
 
 
+FORM_ATTR, FORM = "autosched.attention_form", 2  # 2: padded keys and rows, register-blocked (spaces/attention.py)
+ROW_MULTIPLE = 8  # query rows are padded to a multiple of this where no register tile of rows divides them
+KEY_MULTIPLE = 16  # key rows are computed padded to a multiple of this (AVX-512's float32 lanes)
+
+
+def padded_keys(n_keys: int) -> int:
+    """The keys the fused function's scores and softmax run over: ``n_keys`` rounded up to ``KEY_MULTIPLE``. LLVM
+    splits a vector of 49 or 60 lanes into single lanes (Q·Kᵀ of 49 keys ran 5 GFLOPS in runs of 49 lanes, 30 in
+    runs of 7), while padded keys cost only their share of Q·Kᵀ and of the softmax (P·V reduces over the real
+    keys)."""
+    return -(-n_keys // KEY_MULTIPLE) * KEY_MULTIPLE
+
+
+def padded_queries(n_queries: int) -> int:
+    """The query rows the fused function computes: ``n_queries`` where 4 to 8 of them divide it (a register tile of
+    rows), else rounded up to a multiple of 8 (ViT's 197 tokens: 200; a prime count would leave tiles of one
+    row), the padded rows repeating the last query and cropped from the output."""
+    if n_queries < ROW_MULTIPLE or any(n_queries % r == 0 for r in range(4, ROW_MULTIPLE + 1)):
+        return n_queries
+    return -(-n_queries // ROW_MULTIPLE) * ROW_MULTIPLE
+
+
 def attention_func(q: tuple[int, ...], k: tuple[int, ...], v: tuple[int, ...], mask: tuple[int, ...] | None,
                    scale: float | None, divide: bool, nan_guard: bool) -> tirx.PrimFunc:
     """The fused PrimFunc: ``out = softmax(q @ k · scale + mask) @ v`` for Q [..., Sq, D], Kᵀ [..., D, Sk],
-    V [..., Sk, Dv] and a mask that broadcasts to [..., Sq, Sk]; its stages are the ``attn_*`` blocks."""
+    V [..., Sk, Dv] and a mask that broadcasts to [..., Sq, Sk]; its stages are the ``attn_*`` blocks. Where Sk is
+    not a multiple of ``KEY_MULTIPLE``, ``attn_kpad`` copies Kᵀ padded with zero keys and the padded keys' logits
+    are -inf (their probabilities 0); where the query rows are padded (``padded_queries``), ``attn_crop`` copies the
+    real rows to the output."""
     *batch, n_q, depth = q
     n_k, n_v = k[-1], v[-1]
+    n_qp, n_kp = padded_queries(n_q), padded_keys(n_k)
     Q, K, V = (te.placeholder(s, "float32", name=n) for s, n in ((q, "q"), (k, "k"), (v, "v")))
-    inputs = [Q, K]
-    M = None
-    if mask is not None:
-        M = te.placeholder(mask, "float32", name="mask")
-        inputs.append(M)
-    inputs.append(V)
-    rank = len(q)
+    M = None if mask is None else te.placeholder(mask, "float32", name="mask")
+    Kp = K if n_kp == n_k else te.compute(
+        (*batch, depth, n_kp), lambda *i: tvm.tirx.Select(
+            i[-1] < n_k, K[(*i[:-1], _clamp(i[-1], n_k))], tvm.tirx.const(0.0, "float32")), name="attn_kpad")
     d = te.reduce_axis((0, depth), "d")
-    scores = te.compute((*batch, n_q, n_k), lambda *i: te.sum(Q[(*i[:-1], d)] * K[(*i[:-2], d, i[-1])], axis=d),
-                        name="attn_scores")
-
-    def logit(*i: Any) -> Any:
-        x = scores[i]
-        if scale is not None:
-            x = x / tvm.tirx.const(scale, "float32") if divide else x * tvm.tirx.const(scale, "float32")
-        if M is not None:  # broadcast: a dimension of 1 reads index 0; the mask's leading dims align right
-            offset = rank - len(mask)
-            x = x + M[tuple(0 if mask[a] == 1 else i[a + offset] for a in range(len(mask)))]
-        return x
-
-    logits = te.compute((*batch, n_q, n_k), logit, name="attn_logits")
-    j = te.reduce_axis((0, n_k), "j")
-    row_max = te.compute((*batch, n_q), lambda *i: te.max(logits[(*i, j)], axis=j), name="attn_max")
-    exp = te.compute((*batch, n_q, n_k), lambda *i: te.exp(logits[i] - row_max[i[:-1]]), name="attn_exp")
-    j2 = te.reduce_axis((0, n_k), "j2")
-    row_sum = te.compute((*batch, n_q), lambda *i: te.sum(exp[(*i, j2)], axis=j2), name="attn_sum")
+    row = (lambda i: i) if n_qp == n_q else (lambda i: _clamp(i, n_q))  # a padded row repeats the last query
+    scores = te.compute((*batch, n_qp, n_kp), lambda *i: te.sum(
+        Q[(*i[:-2], row(i[-2]), d)] * Kp[(*i[:-2], d, i[-1])], axis=d), name="attn_scores")
+    logits = te.compute((*batch, n_qp, n_kp), _logit(scores, M, mask, scale, divide, (n_q, n_k), len(q)),
+                        name="attn_logits")
+    j = te.reduce_axis((0, n_kp), "j")
+    row_max = te.compute((*batch, n_qp), lambda *i: te.max(logits[(*i, j)], axis=j), name="attn_max")
+    exp = te.compute((*batch, n_qp, n_kp), lambda *i: te.exp(logits[i] - row_max[i[:-1]]), name="attn_exp")
+    j2 = te.reduce_axis((0, n_kp), "j2")
+    row_sum = te.compute((*batch, n_qp), lambda *i: te.sum(exp[(*i, j2)], axis=j2), name="attn_sum")
     j3 = te.reduce_axis((0, n_k), "j3")
-    acc = te.compute((*batch, n_q, n_v), lambda *i: te.sum(exp[(*i[:-1], j3)] * V[(*i[:-2], j3, i[-1])], axis=j3),
+    acc = te.compute((*batch, n_qp, n_v), lambda *i: te.sum(exp[(*i[:-1], j3)] * V[(*i[:-2], j3, i[-1])], axis=j3),
                      name="attn_acc")
 
     def normalise(*i: Any) -> Any:
         x = acc[i] / row_sum[i[:-1]]
         return tvm.tirx.Select(tvm.tirx.isnan(x), tvm.tirx.const(0.0, "float32"), x) if nan_guard else x
 
-    out = te.compute((*batch, n_q, n_v), normalise, name="attn_out")
+    out = te.compute((*batch, n_qp, n_v), normalise, name="attn_out")
+    if n_qp != n_q:
+        out = te.compute((*batch, n_q, n_v), lambda *i: out[i], name="attn_crop")
+    inputs = [Q, K, *([] if M is None else [M]), V]
     func = te.create_prim_func([*inputs, out]).with_attr("op_pattern", 8)  # opaque: a group of its own
+    # in the task key (the structural hash): records of an earlier form of the function or its design stay apart
+    func = func.with_attr(FORM_ATTR, FORM)
     return func.without_attr("global_symbol")  # named by the module it is added to
+
+
+def _clamp(index: Any, extent: int) -> Any:
+    """``index`` where it may run past ``extent`` (a padded row or key) clamped to the last one: read, not used."""
+    return tvm.tirx.min(index, extent - 1)
+
+
+def _logit(scores: Any, M: Any, mask: tuple[int, ...] | None, scale: float | None, divide: bool,
+           real: tuple[int, int], rank: int) -> Any:
+    """The logits' compute rule: scores scaled, plus the mask (broadcast: a dimension of 1 reads index 0, the mask's
+    leading dimensions align right), -inf at padded keys; ``real``: the (queries, keys) before padding."""
+    padded = (int(scores.shape[-2]), int(scores.shape[-1]))
+
+    def logit(*i: Any) -> Any:
+        x = scores[i]
+        if scale is not None:
+            x = x / tvm.tirx.const(scale, "float32") if divide else x * tvm.tirx.const(scale, "float32")
+        if M is not None:
+            offset = rank - len(mask)
+            index = [0 if mask[a] == 1 else i[a + offset] for a in range(len(mask))]
+            for axis, extent, computed in zip((-2, -1), real, padded, strict=True):
+                if len(mask) >= -axis and mask[axis] != 1 and computed != extent:
+                    index[axis] = _clamp(i[axis], extent)
+            x = x + M[tuple(index)]
+        if padded[1] != real[1]:
+            x = tvm.tirx.Select(i[-1] < real[1], x, tvm.tirx.const(float("-inf"), "float32"))
+        return x
+
+    return logit
 
 
 def _product(dims: tuple[int, ...]) -> int:

@@ -47,9 +47,9 @@ EXTRA_DESIGNS: tuple[ExtraDesign, ...] = (
     ExtraDesign("concat", "partition_concats", partitioned_concat_design, layout_rewrite=False),
     # a norm or softmax, row by row (spaces/row_reduction.py)
     ExtraDesign("row", "row_reductions", row_reduction_design, streaming_lanes=True),
-    # a fused attention, blockwise (spaces/attention.py): the rules fail on it (reverse_compute_at)
-    ExtraDesign("attention", "attention_blocks", attention_design, streaming_lanes=True, before_rules=True,
-                skips_microkernel=True),
+    # a fused attention, blockwise (spaces/attention.py): the rules fail on it (reverse_compute_at); its trace's own
+    # decisions are the micro-kernel's tile shapes
+    ExtraDesign("attention", "attention_blocks", attention_design, before_rules=True, skips_microkernel=True),
     # a small function's preferred design without its parallel loops (spaces/serial.py)
     ExtraDesign("serial", "serial_small", serial_design, preferred=False, copies_preferred=True),
     # on a GPU, the schedule of TVM's dlight rules, with no knobs (spaces/dlight_design.py)

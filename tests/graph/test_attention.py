@@ -90,3 +90,41 @@ def test_pytorch_multi_head_attention_is_fused_through_the_whole_path():
     out = compiled(x.numpy())[0]
     np.testing.assert_allclose(np.asarray(out.numpy() if hasattr(out, "numpy") else out),
                                module(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def _windows_with_grouped_heads(n_windows: int, n_keys: int, depth: int, groups: int) -> tvm.IRModule:
+    """Swin-like windows as batch, a mask per window, and grouped-query heads: K and V of 2 heads repeated to Q's
+    2 x ``groups`` heads the way Hugging Face's repeat_kv exports (expand_dims, broadcast_to, reshape)."""
+    heads, kv = 2 * groups, 2
+    q = relax.Var("q", relax.TensorType((n_windows, heads, n_keys, depth), "float32"))
+    k = relax.Var("k", relax.TensorType((n_windows, kv, n_keys, depth), "float32"))
+    v = relax.Var("v", relax.TensorType((n_windows, kv, n_keys, depth), "float32"))
+    m = relax.Var("m", relax.TensorType((n_windows, 1, n_keys, n_keys), "float32"))
+    bb = relax.BlockBuilder()
+
+    def repeat(x):
+        wide = bb.emit(relax.op.broadcast_to(bb.emit(relax.op.expand_dims(x, 2)),
+                                             (n_windows, kv, groups, n_keys, depth)))
+        return bb.emit(relax.op.reshape(wide, (n_windows, heads, n_keys, depth)))
+
+    with bb.function("main", [q, k, m, v]):
+        with bb.dataflow():
+            kt = bb.emit(relax.op.permute_dims(repeat(k), [0, 1, 3, 2]))
+            s = bb.emit(relax.op.add(bb.emit(relax.op.multiply(bb.emit(relax.op.matmul(q, kt)),
+                                                               relax.const(depth ** -0.5, "float32"))), m))
+            out = bb.emit_output(relax.op.matmul(bb.emit(relax.op.nn.softmax(s, axis=-1)), repeat(v)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("n_keys,depth,groups", [(49, 32, 1), (49, 16, 2), (100, 8, 4)])
+def test_windows_and_grouped_query_heads_are_fused_with_the_same_outputs(n_keys, depth, groups):
+    mod = _windows_with_grouped_heads(6, n_keys, depth, groups)
+    fused = fuse_attention(mod)
+    assert _calls(fused).count("R.call_tir(fused_attention") == 1 and "R.nn.softmax" not in _calls(fused)
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal((6, 2 * groups if n == "q" else 2, n_keys, depth)).astype("float32")
+              for n in ("q", "k")]
+    arrays.append(np.where(rng.random((6, 1, n_keys, n_keys)) < 0.3, -100.0, 0.0).astype("float32"))
+    arrays.append(rng.standard_normal((6, 2, n_keys, depth)).astype("float32"))
+    np.testing.assert_allclose(_run(fused, arrays), _run(mod, arrays), rtol=1e-5, atol=1e-6)
