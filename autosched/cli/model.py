@@ -181,7 +181,8 @@ def _print_model_table(name: str, result, db_path: str, n_groups: int, copy_Bps:
               f"({reached} searched in this run), {result.n_default} on default schedules (cheap)"
               + (f", {len(result.unmeasured)} not measured (out of time)" if result.unmeasured else ""))
     table = Table(title=f"autosched tune: {name}: {counts}")
-    in_model = result.in_model.in_model_s if result.in_model is not None else {}
+    phase = getattr(result, "in_model", None)  # scheduler.model_tuning.ModelTuneResult.in_model
+    in_model = phase.in_model_s if phase is not None else {}
     for col in ("task", "pattern", "weight", "schedule", "trials", "untuned", "best", "GFLOPS", "GB/s", "of copy",
                 "speedup", "share of est.", *(["in model"] if in_model else [])):
         table.add_column(col, justify="left" if col in ("task", "pattern", "schedule") else "right")
@@ -206,8 +207,7 @@ def _print_model_table(name: str, result, db_path: str, n_groups: int, copy_Bps:
     if copy_Bps:
         out.print(f"GB/s: each task's buffers (inputs + outputs) over its best latency; of copy: of this machine's "
                   f"copy bandwidth at these threads, {copy_Bps / 1e9:.1f} GB/s")
-    if result.in_model is not None:
-        phase = result.in_model
+    if phase is not None:
         verdict = ("kept the new schedules" if phase.kept_new else "kept the database's schedules" if phase.stored
                    else "out of time to build the new ones: nothing changed")
         out.print(f"model latency, measured (whole inference, TVM's timer): {fmt_s(phase.model_s)}, "

@@ -179,8 +179,10 @@ def test_sizes_between_buckets_are_filled_with_the_buckets_schedules_refitted(on
     assert [model.route({"seq": n}) for n in (1, 2, 3, 4, 5)] == [
         "filled from seq=4", "filled from seq=4", "padded to seq=4", "bucket", "padded to seq=8"]
     donor, counts = model.compiled["seq=4"].counts(), model.compiled["seq=2"].counts()
-    assert donor["tuned"] > 0 and counts["transferred"] + counts["tuned"] == donor["tuned"]  # every one carries over
-    assert counts["transferred"] > 0
+    assert donor["tuned"] > 0 and counts["transferred"] + counts["tuned"] + counts["default"] == donor["tuned"]
+    assert counts["transferred"] > 0 and counts["default"] <= 1  # every one carries over where its design exists
+    # here: a transpose whose best is the injective design (spaces/injective.py: its structure depends on the sizes)
+    # gets its default schedule at a size where that design has another structure
     _check(model, _ort(proto), [1, 2, 3, 4, 5, 8])
 
 
@@ -192,7 +194,8 @@ def test_a_size_padding_would_change_gets_an_exact_build_with_refitted_schedules
     with pytest.warns(UntunedSizeWarning, match="with the schedules of seq=8 refitted"):
         _check(model, _ort(proto), [6])
     donor, counts = model.compiled["seq=8"].counts(), model.exact["seq=6"].counts()
-    assert counts["transferred"] > 0 and counts["transferred"] + counts["tuned"] == donor["tuned"]
+    assert counts["transferred"] > 0 and counts["transferred"] + counts["tuned"] + counts["default"] == donor["tuned"]
+    assert counts["default"] <= 1  # as above: the injective design of the transpose may not carry over
 
 
 def test_inputs_disagreeing_on_a_symbol_are_one_line_errors(onnx_file):

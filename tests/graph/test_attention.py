@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from autosched._tvm import relax, tvm
-from autosched.graph.attention import MIN_KEYS, fuse_attention
+from autosched.graph.attention import MIN_KEYS, UNFUSED_KEYS, fuse_attention
 
 
 def _attention(n_keys: int, guard: bool = True, mask: bool = True, heads: int = 2, depth: int = 16) -> tvm.IRModule:
@@ -117,7 +117,7 @@ def _windows_with_grouped_heads(n_windows: int, n_keys: int, depth: int, groups:
     return bb.get()
 
 
-@pytest.mark.parametrize("n_keys,depth,groups", [(49, 32, 1), (49, 16, 2), (100, 8, 4)])
+@pytest.mark.parametrize("n_keys,depth,groups", [(49, 32, 1), (49, 16, 2), (300, 8, 4)])
 def test_windows_and_grouped_query_heads_are_fused_with_the_same_outputs(n_keys, depth, groups):
     mod = _windows_with_grouped_heads(6, n_keys, depth, groups)
     fused = fuse_attention(mod)
@@ -128,3 +128,11 @@ def test_windows_and_grouped_query_heads_are_fused_with_the_same_outputs(n_keys,
     arrays.append(np.where(rng.random((6, 1, n_keys, n_keys)) < 0.3, -100.0, 0.0).astype("float32"))
     arrays.append(rng.standard_normal((6, 2, n_keys, depth)).astype("float32"))
     np.testing.assert_allclose(_run(fused, arrays), _run(mod, arrays), rtol=1e-5, atol=1e-6)
+
+
+def test_rows_the_shipped_example_logs_tuned_unfused_stay_unfused():
+    """64-255 keys (GPT 64, BERT 128, ViT 197 tokens): the shipped logs hold records of the unfused path only."""
+    for n_keys in (UNFUSED_KEYS.start, 128, UNFUSED_KEYS.stop - 1):
+        assert "fused_attention" not in _calls(fuse_attention(_attention(n_keys)))
+    for n_keys in (UNFUSED_KEYS.start - 1, UNFUSED_KEYS.stop):  # a Swin window's 49 keys, long rows
+        assert "R.call_tir(fused_attention" in _calls(fuse_attention(_attention(n_keys)))
