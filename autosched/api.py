@@ -319,31 +319,35 @@ def tune_planned_model(plan: ModelPlan, db: str | Database = DEFAULT_DATABASE,
     from autosched.session import TuningSession
 
     with tuning_database(db, plan.tasks) as database, TuningSession(plan.config, plan.target) as session:
-        started, phase_s = time.time(), _in_model_reserve_s(plan)
+        started, (phase_s, n_variants) = time.time(), _in_model_reserve_s(plan)
         search_deadline = plan.deadline
         if phase_s and plan.deadline.limited:
             search_deadline = replace(plan.deadline, at=plan.deadline.at - phase_s)
         result = tune_model_tasks(session, plan.tasks, database, plan.config.n_trials, on_progress, search_deadline)
         if phase_s and result.states:
-            result.in_model = _in_model_phase(session, plan, result, database, started, on_progress)
+            result.in_model = _in_model_phase(session, plan, result, database, started, on_progress, n_variants)
         return result
 
 
-def _in_model_reserve_s(plan: ModelPlan) -> float:
-    """Seconds kept from the search for the end-to-end phase (``deploy/in_model.py``): 0 where it does not run
-    (off, shape buckets, a GPU or RPC devices, or a time budget under three times what it may take); without a time
-    budget it runs after the trials, as long as it takes."""
+def _in_model_reserve_s(plan: ModelPlan) -> tuple[float, int]:
+    """(seconds kept from the search for the end-to-end phase, ``deploy/in_model.py``, and its schedules per heavy
+    task): 0 where it does not run (off, shape buckets, a GPU or RPC devices, or a time budget under three times what
+    even its guard takes); a budget under three times the whole phase gets the guard alone (1: the new best
+    schedules against the database's, whole model); without a time budget it runs after the trials."""
     from autosched.deploy.in_model import expected_cost_s
 
     config = plan.config
     if not config.in_model or plan.fused is None or plan.target.kind.name != "llvm" or config.rpc:
-        return 0.0
-    cost = expected_cost_s(plan.n_groups)
-    return cost if not plan.deadline.limited or config.time_budget_s >= 3 * cost else 0.0
+        return 0.0, 0
+    for n_variants in dict.fromkeys((config.in_model, 1)):
+        cost = expected_cost_s(plan.n_groups, n_variants)
+        if not plan.deadline.limited or config.time_budget_s >= 3 * cost:
+            return cost, n_variants
+    return 0.0, 0
 
 
 def _in_model_phase(session: Any, plan: ModelPlan, result: Any, db: Database, started: float,
-                    on_progress: Callable | None) -> Any:
+                    on_progress: Callable | None, n_variants: int) -> Any:
     """The end-to-end phase; a failure there is logged and leaves the database as the search left it."""
     from autosched.deploy.in_model import tune_in_model
     from autosched.errors import AutoschedError
@@ -357,7 +361,8 @@ def _in_model_phase(session: Any, plan: ModelPlan, result: Any, db: Database, st
                                       n_done, plan.deadline.left_s()))
 
     try:
-        return tune_in_model(session, plan.model, plan.fused, result.states, db, started, plan.deadline, report)
+        return tune_in_model(session, plan.model, plan.fused, result.states, db, started, plan.deadline, report,
+                             n_variants)
     except (AutoschedError, RuntimeError, ValueError, TimeoutError, ChildProcessError, OSError) as err:
         log.warning("%s: the end-to-end phase did not run to its end (%s: %s); the schedules stay as searched",
                     plan.model.name, type(err).__name__, str(err).splitlines()[0][:200] if str(err) else "")

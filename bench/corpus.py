@@ -276,7 +276,8 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
 
 TUNING_FIELDS = ("tune_s", "trials", "trials_per_task", "time_budget_s", "out_of_time", "tasks_searched",
                  "tasks_default", "tasks_unmeasured", "commit", "measured_at", "started_from", "flush_cache",
-                 "relatives", "time_per_model_s", "cpu")
+                 "relatives", "time_per_model_s", "cpu", "in_model_s", "in_model_before_s", "in_model_new_s",
+                 "in_model_kept_new", "in_model_changed")
 TIMING_FIELDS = ("autosched_s", "onnxruntime_s", "torch_s", "autosched_vs_ort", "autosched_vs_ort_paired",
                  "rounds_s", "max_rel_error_vs_ort", "load", "openvino_s", "autosched_vs_ov", "autosched_vs_ov_paired",
                  "best_peer", "autosched_vs_best_peer", "autosched_vs_best_peer_paired",

@@ -77,17 +77,20 @@ class InModelResult:
         return self.new_s if self.kept_new else self.before_s
 
 
-def expected_cost_s(n_groups: int) -> float:
+def expected_cost_s(n_groups: int, n_variants: int = 2) -> float:
     """A rough bound of the phase's seconds: two builds of the model (0.1-0.25 s per fusion group each on two
-    cores, more on a loaded machine) and the variants' builds and timing."""
-    return 10.0 + 0.5 * n_groups
+    cores, more on a loaded machine) and, with more than one variant per task, the variants' builds and timing."""
+    return 10.0 + 0.5 * n_groups if n_variants > 1 else 5.0 + 0.3 * n_groups
 
 
 def tune_in_model(session: Any, model: Any, fused: Any, states: list[TaskState], db: Database, run_started: float,
-                  deadline: Deadline = NO_DEADLINE, report: Callable[[str], None] = lambda _: None
-                  ) -> InModelResult | None:
+                  deadline: Deadline = NO_DEADLINE, report: Callable[[str], None] = lambda _: None,
+                  n_variants: int | None = None) -> InModelResult | None:
     """The phase (module docstring) for a model tuned on this CPU, ``run_started`` the wall-clock time (epoch
-    seconds) the run began; None where there is nothing to choose, or time is short (nothing stored then)."""
+    seconds) the run began; None where there is nothing to choose, or time is short (nothing stored then).
+    ``n_variants`` (default ``config.in_model``): schedules per heavy task; 1 only guards: the new best schedules
+    against the database's, whole model."""
+    n_variants = session.config.in_model if n_variants is None else n_variants
     from autosched.deploy.build import compile_model
 
     started = time.perf_counter()
@@ -108,7 +111,7 @@ def tune_in_model(session: Any, model: Any, fused: Any, states: list[TaskState],
         worker.save_io(paths["io"], {f"in{i}": a for i, a in enumerate(inputs)})
         profile = _task_profile(call(worker.profile_model, paths["model"], incumbent.entry, paths["io"],
                                      PROFILE_RUNS), incumbent.keys)
-        variants = {key: _variants(db, tasks[key], before.get(key), session.config.in_model,
+        variants = {key: _variants(db, tasks[key], before.get(key), n_variants,
                                    MAX_ALONE_RATIO * profile[key] / tasks[key].weight)
                     for key in _heaviest(profile) if key in tasks}
         variants = {key: v for key, v in variants.items() if len(v) > 1}
