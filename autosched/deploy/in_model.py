@@ -96,7 +96,9 @@ def tune_in_model(session: Any, model: Any, fused: Any, states: list[TaskState],
     started = time.perf_counter()
     tasks = {s.task.key: s.task for s in states}
     before = {key: rec for key, task in tasks.items() if (rec := _before_run(db, task, run_started)) is not None}
-    if not _differs(before, db, tasks) and not any(len(_variants(db, t, before.get(k), 2, INF)) > 1
+    best = {key: rec for key, task in tasks.items() if (rec := _best(db, task)) is not None}  # read once: nothing
+    # is written to the database before the phase's end
+    if not _differs(before, best) and not any(len(_variants(db, t, before.get(k), 2, INF)) > 1
                                                    for k, t in tasks.items()):
         return None  # one schedule per task to choose from, and the database's already: nothing to time
     target = states[0].task.target
@@ -121,7 +123,7 @@ def tune_in_model(session: Any, model: Any, fused: Any, states: list[TaskState],
             timed = _time_variants(session, call, tasks, variants, incumbent, fused, paths, tmp)
             for key, (rec, seconds) in timed.items():
                 chosen[key], in_model[key] = rec, seconds
-        new = {**{k: b for k, t in tasks.items() if (b := _best(db, t)) is not None}, **chosen}
+        new = {**best, **chosen}
         if not deadline.allows(1.5 * build_s):
             log.info("%s: no time left to build and time the in-model choice; nothing stored", model.name)
             (alone,) = call(worker.time_models, [paths["model"]], model.entry, paths["io"], WHOLE_ROUNDS, 50)
@@ -135,12 +137,11 @@ def tune_in_model(session: Any, model: Any, fused: Any, states: list[TaskState],
             WHOLE_ROUNDS, 50)
     before_s, new_s = float(statistics.median(before_rounds)), float(statistics.median(new_rounds))
     kept_new = new_s < before_s * (1 - NOISE / 2)
-    kept = new if kept_new else {**{k: b for k, t in tasks.items() if (b := _best(db, t)) is not None}, **before}
+    kept = new if kept_new else {**best, **before}
     model_s, in_model = (new_s, in_model) if kept_new else (before_s, profile)
     db.select([Selection(k, rec.target, rec.record_id, model.name, in_model.get(k), model_s)
                for k, rec in kept.items() if rec.record_id is not None])
-    changed = [tasks[k].name for k, rec in kept.items()
-               if rec.record_id != getattr(_best(db, tasks[k]), "record_id", None)]
+    changed = [tasks[k].name for k, rec in kept.items() if rec.record_id != getattr(best.get(k), "record_id", None)]
     alone = {s.task.key: s.contribution_s for s in states}
     return InModelResult(before_s, new_s, kept_new, changed, in_model, alone, time.perf_counter() - started,
                          len(chosen))
@@ -169,10 +170,9 @@ def _ok(db: Database, task: Any) -> list[TuningRecord]:
     return [r for r in db.records(task.key) if r.status is Status.OK and r.latencies_s and r.target == task.target_json]
 
 
-def _differs(before: dict[str, TuningRecord], db: Database, tasks: dict[str, Any]) -> bool:
+def _differs(before: dict[str, TuningRecord], best: dict[str, TuningRecord]) -> bool:
     """Whether the search changed any task's best since the combination the database had."""
-    return any((b := _best(db, t)) is not None and (k not in before or before[k].record_id != b.record_id)
-               for k, t in tasks.items())
+    return any(k not in before or before[k].record_id != b.record_id for k, b in best.items())
 
 
 def _task_profile(by_symbol: dict[str, float], keys: dict[str, str]) -> dict[str, float]:
