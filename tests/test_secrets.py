@@ -176,6 +176,20 @@ def test_report_gather_names_the_database_masked(tmp_path):
         assert gather(db).database == MASKED
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_records_error_is_stored_masked(kind, tmp_path):
+    from autosched.db import MemoryDatabase, SQLDatabase, TaskRow
+    from autosched.records import Status, TuningRecord
+
+    db = MemoryDatabase() if kind == "memory" else SQLDatabase(str(tmp_path / "t.db"))
+    db.commit_task(TaskRow("k1", "matmul_8x8x8", '{"kind": "llvm"}', 1, "{}", 1024.0, {"op": "matmul"}))
+    db.commit([TuningRecord("k1", '{"kind": "llvm"}', {"a": 1}, [[1, 2]], [["inst"], []], Status.RUN_ERROR, [],
+                            f"worker failed: could not reach {URL}", "0.1.0", "0.27", 1)])
+    [stored] = db.records("k1")
+    assert stored.error == f"worker failed: could not reach {MASKED}"
+    db.close()
+
+
 def test_a_cost_models_meta_holds_no_password(tmp_path):
     from autosched.cli import main
     from autosched.cost import XGBCostModel
