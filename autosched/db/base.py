@@ -132,12 +132,7 @@ def display_name(path_or_url: str | Database) -> str:
     """The database as autosched prints it: a path as given, a URL without its password."""
     if isinstance(path_or_url, Database):
         return path_or_url.display_name
-    if "://" not in path_or_url:
-        return path_or_url
-    import sqlalchemy as sa
+    from autosched.secrets import mask_secrets
 
-    try:
-        return sa.make_url(path_or_url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return path_or_url.split("://")[0] + "://..."
+    return mask_secrets(path_or_url)
 

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from autosched.db.base import LEASE_S, SCHEMA_VERSION, Claim, Database, Selection, TaskRow, display_name
 from autosched.errors import DatabaseError
 from autosched.records import Status, TuningRecord
+from autosched.secrets import mask_secrets
 
 log = logging.getLogger("autosched.db")
 
@@ -137,12 +138,13 @@ class SQLDatabase(Database):
             self._check_intact()
             _retry_while_another_creates(lambda: self._check_schema(create))
         except sa.exc.SQLAlchemyError as err:
-            raise DatabaseError(f"cannot open database {path_or_url}: {str(err).splitlines()[0]}") from err
+            first_line = str(err).splitlines()[0]
+            raise DatabaseError(mask_secrets(f"cannot open database {path_or_url}: {first_line}")) from err
         except ImportError as err:  # a URL whose driver is not installed (postgresql+psycopg://, ...)
-            raise DatabaseError(f"cannot open database {path_or_url}: its driver {err.name or ''} is not installed "
-                                "(pip install it, or give a SQLite path)") from err
+            raise DatabaseError(mask_secrets(f"cannot open database {path_or_url}: its driver {err.name or ''} is not "
+                                             "installed (pip install it, or give a SQLite path)")) from err
         except (ValueError, TypeError) as err:  # a malformed URL (a port that is not a number, ...)
-            raise DatabaseError(f"cannot open database {path_or_url}: {err}") from err
+            raise DatabaseError(mask_secrets(f"cannot open database {path_or_url}: {err}")) from err
         self._storage: Any = None
 
     def _engine_kwargs(self) -> dict[str, Any]:
@@ -240,7 +242,8 @@ class SQLDatabase(Database):
             "task_key": r.task_key, "target": r.target, "params": json.dumps(r.params),
             "decisions": json.dumps(r.decisions), "trace": json.dumps(r.trace_json), "status": r.status.value,
             "latencies_s": json.dumps(r.latencies_s),
-            "latency_s": r.latency_s if r.status is Status.OK and r.latencies_s else None, "error": r.error,
+            "latency_s": r.latency_s if r.status is Status.OK and r.latencies_s else None,
+            "error": r.error and mask_secrets(r.error),
             "autosched_version": r.autosched_version, "tvm_version": r.tvm_version,
             "space_version": r.space_version, "created_at": r.created_at, "predicted_score": r.predicted_score,
         } for r in records]
@@ -422,9 +425,10 @@ def describe_failure(url: str | None, err: BaseException) -> str:
     if url is None:
         where = "the tuning database"
     else:
-        where = url[len("sqlite:///"):] if url.startswith("sqlite:///") else sa.make_url(url).render_as_string()
+        where = url[len("sqlite:///"):] if url.startswith("sqlite:///") else display_name(url)
         where = f"database {where}"
     text = str(getattr(err, "orig", None) or err).splitlines()[0] if str(err) else type(err).__name__
+    text = mask_secrets(text)  # a driver's message may quote its connection string
     low = text.lower()
     if "full" in low or "no space" in low:
         return (f"{where}: the disk is full ({text}); what was measured before is saved: free some space "

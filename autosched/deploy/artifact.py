@@ -32,6 +32,7 @@ from typing import Any
 from autosched.db import Database, display_name
 from autosched.deploy.build import CompiledModel
 from autosched.errors import IncompatibleArtefactError, UserInputError
+from autosched.secrets import mask_argv, mask_secrets
 
 FORMAT = "autosched-artifact"
 SCHEMA_VERSION = 1
@@ -142,7 +143,7 @@ def provenance(compiled: CompiledModel, db: str | Database | None, command: list
         counts[source] = counts.get(source, 0) + 1
     if db_name is None and db is not None:
         db_name = display_name(db)
-    return {"database": db_name, "command": command, "counts": counts,
+    return {"database": db_name and mask_secrets(db_name), "command": command and mask_argv(command), "counts": counts,
             "groups": groups}
 
 

@@ -90,8 +90,11 @@ def test_a_bare_library_still_loads_through_load(built, tmp_path):
 
 
 def test_the_database_password_is_not_in_the_provenance(built):
-    manifest = build_manifest(built["compiled"], "postgresql://tuner:s3cret@db.example/tuning")
+    url = "postgresql://tuner:s3cret@db.example/tuning"
+    manifest = build_manifest(built["compiled"], url, ["autosched", "compile", "--db", url, f"--db={url}"])
     assert "s3cret" not in json.dumps(manifest) and "tuner:***@db.example" in manifest["provenance"]["database"]
+    assert manifest["provenance"]["command"][3:] == ["postgresql://tuner:***@db.example/tuning",
+                                                     "--db=postgresql://tuner:***@db.example/tuning"]
 
 
 def doctored(artifact, tmp_path, change) -> str:
