@@ -19,7 +19,7 @@ from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
 
-from autosched.secrets import MaskingFormatter
+from autosched.masking import MaskingFormatter
 
 WARNING_MARKS = ("Warning", "warning", "WARNING")
 QUIET_ENV = "AUTOSCHED_QUIET"  # "0": the Python API leaves TVM's output on the terminal

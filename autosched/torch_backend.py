@@ -40,7 +40,7 @@ from typing import Any
 from autosched.config import TuneConfig, parse_duration
 from autosched.db.base import display_name
 from autosched.errors import AutoschedError, UserInputError
-from autosched.secrets import mask_secrets
+from autosched.masking import mask_secrets
 
 log = logging.getLogger("autosched.torch")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from autosched.cli.parser import build_parser
 from autosched.errors import AutoschedError, UserInputError
-from autosched.secrets import MaskingFormatter, mask_argv, mask_secrets
+from autosched.masking import MaskingFormatter, mask_argv, mask_secrets
 
 EXIT_USER_ERROR = 2
 

@@ -14,7 +14,7 @@ import xgboost as xgb
 from autosched.cost.base import CostModel, NotFittedError
 from autosched.cost.features import FEATURE_VERSION
 from autosched.errors import IncompatibleArtefactError, UserInputError
-from autosched.secrets import mask_data, mask_secrets
+from autosched.masking import mask_data, mask_secrets
 from autosched.version import __version__
 
 MODEL_FILE, META_FILE = "model.json", "meta.json"

@@ -132,7 +132,7 @@ def display_name(path_or_url: str | Database) -> str:
     """The database as autosched prints it: a path as given, a URL without its password."""
     if isinstance(path_or_url, Database):
         return path_or_url.display_name
-    from autosched.secrets import mask_secrets
+    from autosched.masking import mask_secrets
 
     return mask_secrets(path_or_url)
 

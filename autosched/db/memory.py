@@ -10,7 +10,7 @@ import optuna
 
 from autosched.db.base import LEASE_S, Claim, Database, Selection, TaskRow
 from autosched.records import TuningRecord
-from autosched.secrets import mask_secrets
+from autosched.masking import mask_secrets
 
 
 class MemoryDatabase(Database):

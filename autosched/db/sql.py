@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from autosched.db.base import LEASE_S, SCHEMA_VERSION, Claim, Database, Selection, TaskRow, display_name
 from autosched.errors import DatabaseError
 from autosched.records import Status, TuningRecord
-from autosched.secrets import mask_secrets
+from autosched.masking import mask_secrets
 
 log = logging.getLogger("autosched.db")
 

@@ -32,7 +32,7 @@ from typing import Any
 from autosched.db import Database, display_name
 from autosched.deploy.build import CompiledModel
 from autosched.errors import IncompatibleArtefactError, UserInputError
-from autosched.secrets import mask_argv, mask_secrets
+from autosched.masking import mask_argv, mask_secrets
 
 FORMAT = "autosched-artifact"
 SCHEMA_VERSION = 1

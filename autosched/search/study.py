@@ -24,7 +24,7 @@ from optuna.trial import Trial, TrialState
 
 from autosched.errors import UnknownNameError, UserInputError
 from autosched.records import MeasureResult, Status
-from autosched.secrets import mask_secrets
+from autosched.masking import mask_secrets
 from autosched.spaces.base import SearchSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

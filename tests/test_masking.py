@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from autosched.secrets import mask_argv, mask_data, mask_secrets
+from autosched.masking import mask_argv, mask_data, mask_secrets
 
 ROOT = Path(__file__).resolve().parents[1]  # this checkout's autosched, whatever the subprocess's folder
 PLANTED = "s3cr3t-PLANTED-pw"
