@@ -142,3 +142,17 @@ def test_a_read_only_open_cannot_write_even_where_permissions_would_allow_it(tar
 def test_a_read_only_open_of_a_missing_database_creates_nothing(tmp_path, capsys):
     assert main(["show", "--db", str(tmp_path / "nope.db")]) == 2
     assert "does not exist" in capsys.readouterr().err and not (tmp_path / "nope.db").exists()
+
+
+def test_report_reads_the_optuna_studies_of_a_database_without_write_permission(tmp_path, target, capsys):
+    import optuna
+
+    with SQLDatabase(str(target)) as db:
+        study = optuna.create_study(study_name="k0", storage=db.optuna_storage())
+        study.add_trial(optuna.trial.create_trial(params={}, distributions={}, value=1e-3))
+        db.optuna_storage().remove_session()
+    target.chmod(0o444)
+    before = _digest(target)
+    assert main(["report", "--db", str(target), "-o", str(tmp_path / "r.json")]) == 0, capsys.readouterr().err
+    assert _digest(target) == before
+    assert json.loads((tmp_path / "r.json").read_text())["tasks"]
