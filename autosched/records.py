@@ -110,7 +110,7 @@ class TuningRecord:
         """A record from its ``to_json`` form, every field checked (else InvalidRecord naming the field): the one
         way records come in from files."""
         if not isinstance(d, dict):
-            raise InvalidRecord(f"a record is an object, not {_short(d)}")
+            raise InvalidRecord(f"a record is an object, not {short_repr(d)}")
         unknown = set(d) - _RECORD_FIELDS.keys()
         if unknown:
             raise InvalidRecord(f"unknown record field {sorted(unknown)[0]!r}")
@@ -121,11 +121,11 @@ class TuningRecord:
                 raise InvalidRecord(f"record field {name!r} is missing")
             problem = check(d[name])
             if problem:
-                raise InvalidRecord(f"record field {name!r} is {_short(d[name])}: {problem}")
+                raise InvalidRecord(f"record field {name!r} is {short_repr(d[name])}: {problem}")
         status = Status(d["status"])
         lat = d["latencies_s"]
         if status is Status.OK and not all(x > 0 for x in lat):
-            raise InvalidRecord(f"record field 'latencies_s' is {_short(lat)}: an OK record's latencies are "
+            raise InvalidRecord(f"record field 'latencies_s' is {short_repr(lat)}: an OK record's latencies are "
                                 "positive seconds")
         return cls(**{**d, "status": status, "latencies_s": [float(x) for x in lat]})
 
@@ -134,7 +134,7 @@ class InvalidRecord(UserInputError):
     """A record (from a file) with a missing, mistyped or impossible field."""
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def short_repr(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
 

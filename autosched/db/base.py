@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import abc
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from autosched.db.leases import LEASE_S, Claim, Leases

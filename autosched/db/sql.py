@@ -17,8 +17,16 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from autosched.db.base import (LEASE_S, SCHEMA_VERSION, Claim, Database, Selection, TaskRow, display_name,
-                                matched_selections)
+from autosched.db.base import (
+    LEASE_S,
+    SCHEMA_VERSION,
+    Claim,
+    Database,
+    Selection,
+    TaskRow,
+    display_name,
+    matched_selections,
+)
 from autosched.errors import DatabaseError
 from autosched.records import Status, TuningRecord
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from autosched.db.base import SCHEMA_VERSION, Database, TaskRow
 from autosched.errors import UserInputError
-from autosched.records import TuningRecord, _short, schedule_key
+from autosched.records import TuningRecord, schedule_key, short_repr
 
 FORMAT = "autosched-export"
 EXPORT_VERSION = 2  # v2: a header "export_version" and a trailer line (line count, sha256); v1 (no version): neither
@@ -170,7 +170,7 @@ def _checked_task(item: Any) -> TaskRow:
         else:
             ok = isinstance(value, kind)
         if not ok:
-            raise ValueError(f"task field {name!r} is {_short(value)}: must be a "
+            raise ValueError(f"task field {name!r} is {short_repr(value)}: must be a "
                              f"{'finite, non-negative number' if kind is float else kind.__name__}")
     for name in ("target", "workload_json"):
         try:
@@ -189,7 +189,7 @@ _SELECTION_FIELDS = {"task_key": str, "target": str, "model": str, "model_s": fl
 def _checked_selection(item: dict) -> dict:
     """An export's selection line with every field it needs, of its type (else ValueError)."""
     if not isinstance(item, dict):
-        raise ValueError(f"a selection is an object, not {_short(item)}")
+        raise ValueError(f"a selection is an object, not {short_repr(item)}")
     for name, kind in _SELECTION_FIELDS.items():
         value = item.get(name)
         if not isinstance(value, kind) and not (kind is float and isinstance(value, int)):

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from autosched.db import SQLDatabase, TaskRow
+from autosched.db import SQLDatabase, TaskRow, transfer
 from autosched.db import sql as sql_module
-from autosched.db import transfer
 from autosched.db.transfer import export_jsonl, import_jsonl, read_jsonl
 from autosched.errors import UserInputError
 from autosched.records import Status, TuningRecord
