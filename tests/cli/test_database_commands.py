@@ -156,3 +156,22 @@ def test_report_reads_the_optuna_studies_of_a_database_without_write_permission(
     assert main(["report", "--db", str(target), "-o", str(tmp_path / "r.json")]) == 0, capsys.readouterr().err
     assert _digest(target) == before
     assert json.loads((tmp_path / "r.json").read_text())["tasks"]
+
+
+def test_a_read_only_open_that_sqlite_refuses_falls_back_to_immutable(target, monkeypatch):
+    """Where a plain read-only open fails (a WAL file whose -shm only a writer could make: not reproducible as
+    root), the file is read as immutable."""
+    import autosched.db.sql as sql_module
+
+    real = sa.create_engine
+
+    def create_engine(url, **kwargs):
+        if "mode=ro" in url and "immutable" not in url:
+            def refuse():
+                raise sqlite3.OperationalError("unable to open database file")
+            return real("sqlite://", creator=refuse)
+        return real(url, **kwargs)
+
+    monkeypatch.setattr(sql_module.sa, "create_engine", create_engine)
+    with open_database(str(target), read_only=True) as db:
+        assert db._engine_url.endswith("&immutable=1") and len(db.records()) == 1
