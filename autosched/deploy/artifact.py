@@ -73,10 +73,14 @@ def save_artifact(compiled: CompiledModel, path: str | Path, db: str | Database 
     with tempfile.TemporaryDirectory(prefix="autosched-artifact-") as tmp:
         _write_files(compiled, manifest, Path(tmp))
         partial = path.with_name(path.name + ".partial")
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
-            for f in sorted(Path(tmp).iterdir()):
-                zf.write(f, f.name)
-        partial.replace(path)  # a reader never sees half a file
+        try:
+            with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
+                for f in sorted(Path(tmp).iterdir()):
+                    zf.write(f, f.name)
+            partial.replace(path)  # a reader never sees half a file
+        except BaseException:  # a failed write (disk full, Ctrl-C) leaves the old artifact, and no *.partial
+            partial.unlink(missing_ok=True)
+            raise
     return path
 
 

@@ -193,3 +193,23 @@ def test_a_damaged_library_is_one_line(built, tmp_path):
     (folder / "model.so").write_bytes(b"not a library")
     with pytest.raises(UserInputError):
         load_artifact(folder)
+
+
+def test_a_failed_zip_write_keeps_the_old_artifact_and_leaves_no_partial_file(built, tmp_path, monkeypatch):
+    target = tmp_path / "mlp.autosched"
+    shutil.copy(built["zip"], target)
+    before = target.read_bytes()
+    written = []
+
+    def write_then_fail(self, filename, arcname=None, *args, **kwargs):
+        if written:
+            raise OSError(28, "No space left on device")
+        written.append(arcname)
+        return real_write(self, filename, arcname, *args, **kwargs)
+
+    real_write = zipfile.ZipFile.write
+    monkeypatch.setattr(zipfile.ZipFile, "write", write_then_fail)
+    with pytest.raises(OSError, match="No space"):
+        save_artifact(built["compiled"], target, built["db"])
+    assert written and target.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["mlp.autosched"]  # no mlp.autosched.partial
