@@ -19,9 +19,9 @@ from typing import Any
 from autosched._tvm import Target, arg_specs, load_json
 from autosched.bandwidth import bytes_moved, gbps
 from autosched.db import Database, TaskRow
+from autosched.masking import mask_secrets
 from autosched.records import Status, TuningRecord
 from autosched.search.study import task_studies
-from autosched.masking import mask_secrets
 from autosched.targets import copy_bandwidth_for
 from autosched.tasks import describe_target
 from autosched.tune import BASELINE_DECISIONS

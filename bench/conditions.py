@@ -8,8 +8,8 @@ database has it, its kernels timed inside it, and for its heaviest tasks there (
 fastest alone). Each schedule is timed four ways, in one process: alone in each of the search's timing conditions
 (``TuneConfig.timing_condition``: "warm", each run right after the last; "flush", its weights and outputs flushed
 from the caches before each run; "rotate", its weights and outputs on a new copy each run, the copies through
-twice the last-level cache) and inside the model (the VM's hook, as the end-to-end phase times it). Per task: the Spearman rank correlation of each alone timing with the in-model one, and the regret of choosing
-by it: the in-model time of the schedule it ranks first over the fastest in-model time. Writes
+twice the last-level cache) and inside the model (the VM's hook, as the end-to-end phase times it). Per task: the Spearman rank
+correlation of each alone timing with the in-model one, and the regret of choosing by it: the in-model time of the schedule it ranks first over the fastest in-model time. Writes
 bench/results/<out>.json and prints the table; the medians over tasks say which condition the search should use.
 """
 
@@ -134,7 +134,8 @@ def main() -> None:
                                              sum(r["share"] for r in rows)) if rows else None}
     print(f"{len(rows)} tasks, {args.threads} thread(s): " + "; ".join(
         f"{cond}: median Spearman {_f(s['median_spearman'])}, regret median {s['median_regret']:.3f} mean "
-        f"{s['mean_regret']:.3f} share-weighted {s['weighted_regret']:.3f}" for cond, s in summary.items() if s["median_regret"] is not None))
+        f"{s['mean_regret']:.3f} share-weighted {s['weighted_regret']:.3f}"
+        for cond, s in summary.items() if s["median_regret"] is not None))
     write_json(args.out or f"conditions_t{args.threads}", {"rows": rows, "summary": summary, "threads": args.threads,
                                                             "machine": machine_info(), "commit": git_commit()})
 

@@ -452,7 +452,8 @@ def main() -> None:
     if args.start_from and args.rows_dir:
         p.error("--start-from rows are not from-scratch rows: keep them out of --rows-dir")
     if args.cache != "default" and args.rows_dir:
-        p.error("--cache flush|warm|rotate rows are a variant of the default configuration: keep them out of --rows-dir")
+        p.error("--cache flush|warm|rotate rows are a variant of the default configuration: keep them out of "
+                "--rows-dir")
     if args.relatives and args.rows_dir:
         p.error("--relatives rows are a variant of the default configuration: keep them out of --rows-dir")
     if args.retime and not args.db_dir:

@@ -9,8 +9,8 @@ from typing import Any
 import optuna
 
 from autosched.db.base import LEASE_S, Claim, Database, Selection, TaskRow
-from autosched.records import TuningRecord
 from autosched.masking import mask_secrets
+from autosched.records import TuningRecord
 
 
 class MemoryDatabase(Database):

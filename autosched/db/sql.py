@@ -28,8 +28,8 @@ from autosched.db.base import (
     matched_selections,
 )
 from autosched.errors import DatabaseError
-from autosched.records import Status, TuningRecord
 from autosched.masking import mask_secrets
+from autosched.records import Status, TuningRecord
 
 log = logging.getLogger("autosched.db")
 

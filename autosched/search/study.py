@@ -23,8 +23,8 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import Trial, TrialState
 
 from autosched.errors import UnknownNameError, UserInputError
-from autosched.records import MeasureResult, Status
 from autosched.masking import mask_secrets
+from autosched.records import MeasureResult, Status
 from autosched.spaces.base import SearchSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
