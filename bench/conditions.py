@@ -8,8 +8,9 @@ database has it, its kernels timed inside it, and for its heaviest tasks there (
 fastest alone). Each schedule is timed four ways, in one process: alone in each of the search's timing conditions
 (``TuneConfig.timing_condition``: "warm", each run right after the last; "flush", its weights and outputs flushed
 from the caches before each run; "rotate", its weights and outputs on a new copy each run, the copies through
-twice the last-level cache) and inside the model (the VM's hook, as the end-to-end phase times it). Per task: the Spearman rank
-correlation of each alone timing with the in-model one, and the regret of choosing by it: the in-model time of the schedule it ranks first over the fastest in-model time. Writes
+twice the last-level cache) and inside the model (the VM's hook, as the end-to-end phase times it). Per task: the
+Spearman rank correlation of each alone timing with the in-model one, and the regret of choosing by it: the
+in-model time of the schedule it ranks first over the fastest in-model time. Writes
 bench/results/<out>.json and prints the table; the medians over tasks say which condition the search should use.
 """
 
