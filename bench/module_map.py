@@ -21,7 +21,7 @@ PACKAGE = "autosched"
 
 # From the bottom up: a group may import groups of its own layer or below (without a cycle), never above.
 LAYERS: list[set[str]] = [
-    {"version", "errors", "paths", "_tvm", "timing", "native_log", "config", "bandwidth"},
+    {"version", "errors", "paths", "_tvm", "timing", "native_log", "config", "bandwidth", "masking", "bounded"},
     {"targets", "workloads", "records"},
     {"tasks", "db"},
     {"codegen"},
