@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from dataclasses import asdict
 from pathlib import Path
 
+from autosched.bounded import MiB, read_lines
 from autosched.db.base import SCHEMA_VERSION, Database, Selection, TaskRow
 from autosched.errors import UserInputError
 from autosched.records import TuningRecord, schedule_key
@@ -51,8 +53,8 @@ def _selections(db: Database, tasks: list[TaskRow], records: list[TuningRecord])
 def read_jsonl(path: Path) -> tuple[list[TaskRow], list[TuningRecord], list[dict]]:
     try:
         with _open(path, "r") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError, EOFError) as err:
+            lines = _bounded_lines(f, path)
+    except (OSError, UnicodeDecodeError, EOFError, zlib.error) as err:
         raise UserInputError(f"cannot read {path}: {err}") from err
     try:
         header = json.loads(lines[0]) if lines else {}
@@ -70,13 +72,21 @@ def read_jsonl(path: Path) -> tuple[list[TaskRow], list[TuningRecord], list[dict
                 selections.append(_checked_selection(item["selection"]))
             else:
                 records.append(TuningRecord.from_json(item["record"]))
-    except (ValueError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError, RecursionError) as err:
         raise UserInputError(f"{path} is not an autosched export (autosched export -o FILE makes one): {err}") from err
     known = {t.task_key for t in tasks}
     orphans = {r.task_key for r in records} - known
     if orphans:
         raise UserInputError(f"{path} has records of tasks it does not contain: {sorted(orphans)[:3]}")
     return tasks, records, selections
+
+
+LINE_MAX_CHARS = 64 * MiB  # one task or record; the largest autosched writes are a few KiB
+
+
+def _bounded_lines(f, path: Path) -> list[str]:
+    """The lines of the open export ``f``, read one at a time, each refused past ``LINE_MAX_CHARS``."""
+    return list(read_lines(f, LINE_MAX_CHARS, str(path), f"autosched export -o {path.name} writes one"))
 
 
 _SELECTION_FIELDS = {"task_key": str, "target": str, "model": str, "model_s": float, "created_at": float,
