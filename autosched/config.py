@@ -133,9 +133,9 @@ class TuneConfig:
         try:
             raw = tomllib.loads(decode(read_capped(path, CONFIG_MAX_BYTES, f"config {path}", fix),
                                        f"config {path}", fix))
-        except (OSError, tomllib.TOMLDecodeError) as err:
-            why = err.strerror if isinstance(err, OSError) and err.strerror else err
-            raise UserInputError(f"cannot read config {path}: {why}") from err
+        except (OSError, ValueError) as err:  # ValueError: TOMLDecodeError, or an integer of over 4300 digits
+            why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)[:200]
+            raise UserInputError(f"cannot read config {path}: {why}: {fix}") from err
         except RecursionError as err:
             raise UserInputError(f"config {path} nests too deeply to read: {fix}") from err
         check_depth(raw, f"config {path}", fix)

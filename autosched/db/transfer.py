@@ -72,7 +72,7 @@ def read_jsonl(path: Path) -> tuple[list[TaskRow], list[TuningRecord], list[dict
                 selections.append(_checked_selection(item["selection"]))
             else:
                 records.append(TuningRecord.from_json(item["record"]))
-    except (ValueError, KeyError, TypeError, RecursionError) as err:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
         raise UserInputError(f"{path} is not an autosched export (autosched export -o FILE makes one): {err}") from err
     known = {t.task_key for t in tasks}
     orphans = {r.task_key for r in records} - known

@@ -25,6 +25,7 @@ import shutil
 import tempfile
 import weakref
 import zipfile
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -260,7 +261,7 @@ def _zip_member(path: Path, name: str, limit: int) -> bytes:
         try:
             with zf.open(info) as f:
                 return read_capped_stream(f, limit, what, BUILD_HINT)
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as err:
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, zlib.error) as err:
             raise UserInputError(f"{path} is not an autosched artifact (not a zip file, or a damaged one): "
                                  f"{BUILD_HINT}") from err
 
@@ -323,7 +324,7 @@ def _extract_library(path: Path, library: str, folder: Path) -> None:
             try:
                 with zf.open(info) as src, open(folder / info.filename, "wb") as dst:
                     copy_capped(src, dst, limit, what, BUILD_HINT)
-            except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as err:
+            except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, zlib.error) as err:
                 raise UserInputError(f"{path}: its files cannot be extracted ({type(err).__name__}: "
                                      f"{str(err)[:120]}): {BUILD_HINT}") from err
 
@@ -366,8 +367,12 @@ def _check_library_meta(meta: Any, what: str) -> None:
             if not ok:
                 raise UserInputError(f"{what}: an entry of its {key} is not [name, shape, dtype] with dimensions in "
                                      f"[0, {MAX_DIM}] (damaged?): {BUILD_HINT}")
-    for key, kind in (("sources", dict), ("borrowed", dict), ("foreign", dict), ("keys", dict), ("entry", str),
-                      ("name", str), ("precision", str)):
-        if key in meta and not isinstance(meta[key], kind):
-            raise UserInputError(f"{what}: its {key!r} is {type(meta[key]).__name__}, not {kind.__name__} "
+    for key, kind in (("entry", str), ("name", str), ("precision", str), ("precision_error", float | int | None)):
+        if key in meta and (not isinstance(meta[key], kind) or isinstance(meta[key], bool)):
+            raise UserInputError(f"{what}: its {key!r} is {type(meta[key]).__name__} (damaged?): {BUILD_HINT}")
+    for key, kind in (("sources", str), ("borrowed", int), ("foreign", str), ("keys", str)):  # group -> value
+        table = meta.get(key, {})
+        if not isinstance(table, dict) or not all(isinstance(v, kind) and not isinstance(v, bool)
+                                                  for v in table.values()):
+            raise UserInputError(f"{what}: its {key!r} is not a table of fusion groups to {kind.__name__}s "
                                  f"(damaged?): {BUILD_HINT}")

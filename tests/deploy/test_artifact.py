@@ -316,7 +316,8 @@ def test_a_library_larger_than_its_cap_is_refused_before_it_is_extracted(built, 
     ({"target": "{}", "inputs": [["x", [2, 2**40], "float32"]]}, "not [name, shape, dtype]"),
     ({"target": "{}", "inputs": [["x", [2], "float99"]]}, "not [name, shape, dtype]"),
     ({"target": "{}", "inputs": 5}, "not [name, shape, dtype]"),
-    ({"target": "{}", "inputs": [], "sources": []}, "'sources' is list"),
+    ({"target": "{}", "inputs": [], "sources": []}, "'sources' is not a table"),
+    ({"target": "{}", "inputs": [], "sources": {"g": [1]}}, "'sources' is not a table"),
 ])
 def test_malformed_library_metadata_is_one_line(built, tmp_path, meta, message):
     folder = _folder_copy(built, tmp_path)
