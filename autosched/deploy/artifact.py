@@ -218,7 +218,7 @@ def _check_manifest(manifest: dict[str, Any], path: Path) -> None:
 
 
 def _kind(value: Any) -> str:
-    return "missing" if value is None else type(value).__name__
+    return "null or missing" if value is None else type(value).__name__
 
 
 def _kind_names(kinds: tuple[type, ...]) -> str:
