@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 from autosched.errors import UserInputError
 

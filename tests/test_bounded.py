@@ -6,8 +6,17 @@ import io
 
 import pytest
 
-from autosched.bounded import (check_depth, copy_capped, decode, inside, loads_json, plain_name, read_capped,
-                               read_lines, safe_member_name)
+from autosched.bounded import (
+    check_depth,
+    copy_capped,
+    decode,
+    inside,
+    loads_json,
+    plain_name,
+    read_capped,
+    read_lines,
+    safe_member_name,
+)
 from autosched.errors import UserInputError
 
 

@@ -30,8 +30,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from autosched.bounded import (MiB, copy_capped, inside, loads_json, plain_name, read_capped,
-                               read_capped_stream, safe_member_name)
+from autosched.bounded import (
+    MiB,
+    copy_capped,
+    inside,
+    loads_json,
+    plain_name,
+    read_capped,
+    read_capped_stream,
+    safe_member_name,
+)
 from autosched.db import Database, display_name
 from autosched.deploy.build import CompiledModel
 from autosched.errors import IncompatibleArtefactError, UserInputError
