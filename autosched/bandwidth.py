@@ -23,6 +23,24 @@ COPY_BYTES = 64 << 20  # the copy's source: 2x this machine's 32 MiB L3 (4x with
 COPY_REPEATS = 7  # timed copies (the fastest counts) after one untimed one that touches every page
 
 
+@functools.cache
+def last_level_cache_bytes(default: int = 32 << 20) -> int:
+    """The largest CPU cache of this machine in bytes (Linux sysfs: cpu0's highest cache level; ``default``
+    where it cannot be read: another OS, a container hiding sysfs)."""
+    from pathlib import Path
+
+    sizes = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        m = re.fullmatch(r"(\d+)([KMG]?)", text)
+        if m:
+            sizes.append(int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)])
+    return max(sizes, default=default)
+
+
 def dtype_bytes(dtype: str) -> int:
     """Bytes of one element of a TVM dtype ("float32", "bfloat16", "float8_e4m3fn", "bool": 1)."""
     if dtype == "bool":

@@ -16,6 +16,7 @@ from typing import Any
 
 from autosched.errors import UserInputError
 
+TIMING_CONDITIONS = ("warm", "flush", "rotate")  # autosched.measure.worker's, named here for the config's check
 COST_MODELS = ("xgb", "random", "none")  # what screens the sampler's proposals before measuring
 DEFAULT_DATABASE = "tuning_logs/autosched.db"  # where tune writes, unless told (--db, db=)
 NO_TRIAL_LIMIT = 10**9  # n_trials=0 with a time budget: the clock decides
@@ -46,9 +47,12 @@ class TuneConfig:
     run_timeout_s: float = 30.0
     repeat: int = 3  # timed repeats per candidate (median reported)
     min_repeat_ms: int = 25  # each repeat runs the kernel until this much time has passed
-    flush_cache: bool | None = None  # CPU: before each timed run, flush every argument but the first (the weights,
-    # the outputs) from the caches, so a kernel is timed as inside a model whose weights do not stay cached; each
-    # repeat is then one run. None (default): on when tuning a model's tasks at 1 thread (``for_model``), else off
+    timing_condition: str = ""  # CPU: how the caches stand when a candidate is timed, one of TIMING_CONDITIONS:
+    # "warm" (each run right after the last), "flush" (every argument but the first flushed from the caches before
+    # each run, as MetaSchedule's enable_cpu_cache_flush), "rotate" (every argument but the first on its own copy
+    # per run, copies through twice the last-level cache). "" (default): chosen by ``for_model`` for a model's
+    # tasks, warm for one operator
+    flush_cache: bool | None = None  # older name: true = timing_condition "flush", false = "warm"
     relatives: int = 0  # models: at a task's first search round, queue the best schedules of up to this many
     # tasks of the model with a design in common at other sizes (convolutions of other channel counts), refitted
     # (TraceSearchSpace.transfer_params); 0 = off
@@ -89,21 +93,31 @@ class TuneConfig:
         if not isinstance(share, int | float) or not 0 <= share < 1:
             raise UserInputError(f"cheap_share must be a number in [0, 1), got {share!r}")
         _ = self.tracker  # a malformed address is refused here
+        if self.timing_condition not in ("", *TIMING_CONDITIONS):
+            raise UserInputError(f"config: timing_condition must be one of {', '.join(TIMING_CONDITIONS)} (or unset), "
+                                 f"got {self.timing_condition!r}")
         if bool(self.rpc) != bool(self.rpc_key):
             raise UserInputError("config: rpc (--rpc HOST:PORT) and rpc_key (--key KEY) go together: give both "
                                  "to measure on a tracker's devices, or neither to measure here")
 
+    @property
+    def condition(self) -> str:
+        """The timing condition the runners use (``timing_condition``, else the older ``flush_cache``, else warm)."""
+        if self.timing_condition:
+            return self.timing_condition
+        return "flush" if self.flush_cache else "warm"
+
     def for_model(self) -> TuneConfig:
-        """The config for tuning a model's tasks: unless set, ``flush_cache`` is on where the kernels run on one
-        thread. Inside a model a kernel finds its weights out of the caches (the other layers' went through them
+        """The config for tuning a model's tasks: unless set, the timing condition is "flush" where the kernels run
+        on one thread. Inside a model a kernel finds its weights out of the caches (the other layers' went through them
         since its last call), and one core streaming them alone is slowed most: BERT at 1 thread, tuned warm, ran
         its kernels 1.32x slower in the model than their tuned times; tuned flushed, the model ran 0.84x the time
         (one process, interleaved; ResNet-50 0.97x, GPT-2 1.05x, ViT-B/16 1.05x: 0.97x over the four). At 2
         threads tuning flushed did not help (BERT 1.03x, ResNet-50 1.01x, GPT-2 1.005x the warm-tuned model's
         time). One operator tuned alone is timed warm."""
-        if self.flush_cache is not None:
+        if self.timing_condition or self.flush_cache is not None:
             return self
-        return dataclasses.replace(self, flush_cache=self.threads == 1)
+        return dataclasses.replace(self, timing_condition="flush" if self.threads == 1 else "warm")
 
     @cached_property
     def tracker(self) -> tuple[str, int] | None:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autosched.db import Database, open_database
+from autosched.db import Database, display_name, open_database
 
 # Libraries whose versions the doctor shows: distribution name -> how it is shown
 LIBRARIES = {"apache-tvm": "TVM", "torch": "torch", "onnxruntime": "onnxruntime", "onnx": "onnx", "optuna": "optuna",
@@ -207,7 +207,7 @@ def shipped_logs() -> list[Path]:
 def database_applicability(path: str, name: str | None = None, n_threads: int | None = None) -> Applicability:
     """``applicability`` of the database or export at ``path`` (opened read-only)."""
     with open_database(path, create=False) as db:
-        return applicability(db, name or path, n_threads)
+        return applicability(db, display_name(name or path), n_threads)
 
 
 def diagnose(db: str | None = None, db_name: str | None = None, logs: bool = True) -> dict[str, Any]:
@@ -223,7 +223,7 @@ def diagnose(db: str | None = None, db_name: str | None = None, logs: bool = Tru
     if logs:
         report["shipped_logs"] = [_as_dict(database_applicability(str(p), p.name)) for p in shipped_logs()]
     if db is not None:
-        report["database"] = _as_dict(database_applicability(db, db_name or db))
+        report["database"] = _as_dict(database_applicability(db, display_name(db_name or db)))
     return report
 
 

@@ -19,6 +19,8 @@ from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
 
+from autosched.masking import MaskingFormatter
+
 WARNING_MARKS = ("Warning", "warning", "WARNING")
 QUIET_ENV = "AUTOSCHED_QUIET"  # "0": the Python API leaves TVM's output on the terminal
 _depth = 0  # native_output_to contexts open in this process (an inner one changes nothing)
@@ -68,7 +70,7 @@ def native_output_to(path: Path) -> Iterator[NativeLog]:
     log_file = open(path, "ab")  # noqa: SIM115 - closed below, after fd 2 is restored
     state = NativeLog(path, log_file.tell())
     handler = logging.StreamHandler(io.TextIOWrapper(os.fdopen(os.dup(log_file.fileno()), "wb"), line_buffering=True))
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(MaskingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))  # no password
     root = logging.getLogger()
     root.addHandler(handler)
     logging.captureWarnings(True)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from autosched.errors import UserInputError
 
 
 def schedule_key(decisions: list[Any]) -> str:
@@ -103,7 +106,67 @@ class TuningRecord:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> TuningRecord:
-        d = dict(d)
-        d["status"] = Status(d["status"])
-        return cls(**d)
+    def from_json(cls, d: Any) -> TuningRecord:
+        """A record from its ``to_json`` form, every field checked (else InvalidRecord naming the field): the one
+        way records come in from files."""
+        if not isinstance(d, dict):
+            raise InvalidRecord(f"a record is an object, not {short_repr(d)}")
+        unknown = set(d) - _RECORD_FIELDS.keys()
+        if unknown:
+            raise InvalidRecord(f"unknown record field {sorted(unknown)[0]!r}")
+        for name, check in _RECORD_FIELDS.items():
+            if name not in d:
+                if name in _OPTIONAL:
+                    continue
+                raise InvalidRecord(f"record field {name!r} is missing")
+            problem = check(d[name])
+            if problem:
+                raise InvalidRecord(f"record field {name!r} is {short_repr(d[name])}: {problem}")
+        status = Status(d["status"])
+        lat = d["latencies_s"]
+        if status is Status.OK and not all(x > 0 for x in lat):
+            raise InvalidRecord(f"record field 'latencies_s' is {short_repr(lat)}: an OK record's latencies are "
+                                "positive seconds")
+        return cls(**{**d, "status": status, "latencies_s": [float(x) for x in lat]})
+
+
+class InvalidRecord(UserInputError):
+    """A record (from a file) with a missing, mistyped or impossible field."""
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _json_text(x: Any) -> str | None:
+    if not isinstance(x, str):
+        return "must be a string"
+    try:
+        json.loads(x)
+    except ValueError:
+        return "must be JSON text"
+    return None
+
+
+_RECORD_FIELDS = {  # name -> the problem with a value (None: fine)
+    "task_key": lambda x: None if isinstance(x, str) and x else "must be a non-empty string",
+    "target": lambda x: _json_text(x),
+    "params": lambda x: None if isinstance(x, dict) else "must be an object",
+    "decisions": lambda x: None if isinstance(x, list) else "must be a list",
+    "trace_json": lambda x: None,
+    "status": lambda x: None if x in set(Status) else f"must be one of {', '.join(Status)}",
+    "latencies_s": lambda x: None if isinstance(x, list) and all(_number(v) and v >= 0 for v in x)
+    else "must be a list of finite, non-negative seconds",
+    "error": lambda x: None if x is None or isinstance(x, str) else "must be a string or null",
+    "autosched_version": lambda x: None if isinstance(x, str) else "must be a string",
+    "tvm_version": lambda x: None if isinstance(x, str) else "must be a string",
+    "space_version": lambda x: None if isinstance(x, int) and not isinstance(x, bool) else "must be an integer",
+    "created_at": lambda x: None if _number(x) else "must be a finite number (seconds since the epoch)",
+    "predicted_score": lambda x: None if x is None or _number(x) else "must be a finite number or null",
+}
+_OPTIONAL = {"trace_json", "error", "created_at", "predicted_score"}

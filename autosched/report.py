@@ -19,6 +19,7 @@ from typing import Any
 from autosched._tvm import Target, arg_specs, load_json
 from autosched.bandwidth import bytes_moved, gbps
 from autosched.db import Database, TaskRow
+from autosched.masking import mask_secrets
 from autosched.records import Status, TuningRecord
 from autosched.search.study import task_studies
 from autosched.targets import copy_bandwidth_for
@@ -145,8 +146,8 @@ def gather(db: Database, name: str = "") -> Report:
     for t in tasks:
         failures.update(t.status_counts)
     preds = _pooled_predictions(tasks, notes)
-    return Report(name or getattr(db, "url", "database"), time.time(), tasks, end_to_end, split, dict(failures),
-                  preds, notes, copy)
+    shown = mask_secrets(name) if name else db.display_name
+    return Report(shown, time.time(), tasks, end_to_end, split, dict(failures), preds, notes, copy)
 
 
 def _copy_bandwidths(rows: list[TaskRow]) -> dict[str, float]:

@@ -108,8 +108,8 @@ def make_runner(cfg: TuneConfig, device: str = "cpu") -> Runner:
 
         # n_threads 0: the remote device's own default (all its cores), not this machine's core count
         return RPCRunner(cfg.tracker, cfg.rpc_key, cfg.n_threads or None, *args, cutoff_ratio=cfg.cutoff_ratio,
-                         flush_cache=bool(cfg.flush_cache))
-    return LocalRunner(cfg.threads, *args, cutoff_ratio=cfg.cutoff_ratio, flush_cache=bool(cfg.flush_cache))
+                         condition=cfg.condition)
+    return LocalRunner(cfg.threads, *args, cutoff_ratio=cfg.cutoff_ratio, condition=cfg.condition)
 
 
 BASELINE_TIMED_ONCE_S = 0.01  # an untuned build whose checking run takes longer is timed by one more run

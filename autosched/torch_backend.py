@@ -38,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from autosched.config import TuneConfig, parse_duration
+from autosched.db.base import display_name
 from autosched.errors import AutoschedError, UserInputError
+from autosched.masking import mask_secrets
 
 log = logging.getLogger("autosched.torch")
 
@@ -105,11 +107,12 @@ class AutoschedBackend:
 
     def say(self, text: str) -> None:
         if self.verbose:
-            print(f"autosched: {text}", file=sys.stderr, flush=True)
+            print(f"autosched: {mask_secrets(text)}", file=sys.stderr, flush=True)
 
     def __repr__(self) -> str:
         again = ", tune_again=True" if self.tune_again else ""
-        return f"autosched.backend(db={self.db!r}, time={self.time_s:g}, threads={self.config.n_threads}{again})"
+        db = mask_secrets(repr(self.db))
+        return f"autosched.backend(db={db}, time={self.time_s:g}, threads={self.config.n_threads}{again})"
 
 
 def backend(db: str | None = None, time: str | float = DEFAULT_TIME, threads: int | None = None,
@@ -235,7 +238,8 @@ class _Graph:
         stats = GraphStats(self.index, shapes)
         build = _Build(self, args, inputs, stats)
         if tune and owner.time_s > 0:
-            owner.say(f"graph {self.index} ({shapes}): building; its tasks without records in {owner.db} are "
+            owner.say(f"graph {self.index} ({shapes}): building; its tasks without records in "
+                      f"{display_name(owner.db)} are "
                       f"tuned for up to {owner.time_s:g} s")
         try:
             with native_output_to(default_log_path()):
@@ -244,7 +248,7 @@ class _Graph:
                 f"{n} {s}" for s, n in sorted(stats.sources.items())) + " fusion groups"
             owner.say(line + (f", {stats.n_new_records} new records" if stats.n_new_records else ""))
         except Exception as why:  # _Eager, or anything else: the call goes on eagerly
-            stats.reason = str(why) if isinstance(why, _Eager) else f"autosched failed: {_reason(why)}"
+            stats.reason = mask_secrets(str(why) if isinstance(why, _Eager) else f"autosched failed: {_reason(why)}")
             if getattr(why, "permanent", False):
                 self.eager_reason = stats.reason
             log.warning("autosched: graph %d (%s) runs eagerly: %s", self.index, shapes, stats.reason)
@@ -457,10 +461,10 @@ def _chain(err: BaseException) -> list[BaseException]:
 
 def _reason(err: BaseException) -> str:
     if isinstance(err, AutoschedError):
-        return str(err).splitlines()[0][:300]
+        return mask_secrets(str(err).splitlines()[0])[:300]
     from autosched.graph.passes import failure_reason
 
-    return failure_reason(err)
+    return mask_secrets(failure_reason(err))
 
 
 def _max_error(outputs: Sequence[Any], reference: Sequence[Any]) -> float:

@@ -79,7 +79,10 @@ def kernel_call(mod, target, arrays: list, out_specs: list[tuple[tuple[int, ...]
 def write_json(name: str, payload: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(payload, indent=2, default=str))
+    from autosched.masking import mask_data
+
+    plain = json.loads(json.dumps(payload, default=str))  # then every string is masked (a --db URL's password)
+    path.write_text(json.dumps(mask_data(plain), indent=2))
     return path
 
 

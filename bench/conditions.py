@@ -1,15 +1,16 @@
-"""Which way of timing a candidate alone ranks schedules as the model does: warm, flushed, or neither.
+"""Which way of timing a candidate alone ranks schedules as the model does: warm, flushed, rotated, or none.
 
     python bench/conditions.py --db-dir /tmp/corpus-work --models smp_unet_resnet34,bert --threads 2
 
 For each model ``bench/corpus.py --db-dir`` tuned there (``<name>.onnx``, ``<name>.db``): the model built as the
 database has it, its kernels timed inside it, and for its heaviest tasks there (as the end-to-end phase picks them,
 ``autosched/deploy/in_model.py``) up to ``--variants`` distinct schedules each (what the model runs, then the
-fastest alone). Each schedule is timed three ways, in one process: alone warm (each run right after the last: the
-search's default at more than one thread), alone flushed (``TuneConfig.flush_cache``: its weights and outputs out
-of the caches before each run, the default at one thread) and inside the model (the VM's hook, as the phase times
-it). Per task: the Spearman rank correlation of each alone timing with the in-model one, and the regret of choosing
-by it: the in-model time of the schedule it ranks first over the fastest in-model time. Writes
+fastest alone). Each schedule is timed four ways, in one process: alone in each of the search's timing conditions
+(``TuneConfig.timing_condition``: "warm", each run right after the last; "flush", its weights and outputs flushed
+from the caches before each run; "rotate", its weights and outputs on a new copy each run, the copies through
+twice the last-level cache) and inside the model (the VM's hook, as the end-to-end phase times it). Per task: the
+Spearman rank correlation of each alone timing with the in-model one, and the regret of choosing by it: the
+in-model time of the schedule it ranks first over the fastest in-model time. Writes
 bench/results/<out>.json and prints the table; the medians over tasks say which condition the search should use.
 """
 
@@ -32,8 +33,11 @@ def spearman(a: list[float], b: list[float]) -> float | None:
     return float(spearmanr(a, b).statistic) if len(a) >= 3 else None
 
 
-def alone_times(session, task, records, flush: bool) -> list[float]:
-    """Each record's schedule built and timed alone by a runner of the session's kind (flushed or warm)."""
+CONDITIONS = ("warm", "flush", "rotate")  # autosched.measure.worker.TIMING_CONDITIONS
+
+
+def alone_times(session, task, records, condition: str) -> list[float]:
+    """Each record's schedule built and timed alone by a runner of the session's kind, in ``condition``."""
     from autosched._tvm import save_json
     from autosched.apply import schedule_from_record
     from autosched.measure.local import LocalRunner
@@ -43,7 +47,7 @@ def alone_times(session, task, records, flush: bool) -> list[float]:
     cands = [Candidate(task.key, r.params, r.decisions, r.trace_json,
                        mod_json=save_json(schedule_from_record(task.mod, r).mod)) for r in records]
     runner = LocalRunner(cfg.threads, cfg.run_timeout_s, repeat=5, min_repeat_ms=cfg.min_repeat_ms,
-                         rtol=cfg.rtol, atol=cfg.atol, cutoff_ratio=None, flush_cache=flush)
+                         rtol=cfg.rtol, atol=cfg.atol, cutoff_ratio=None, condition=condition)
     try:
         results = runner.run(session.builder.build(cands), session.prepare_io(task))
     finally:
@@ -87,20 +91,20 @@ def model_rows(name: str, work: Path, threads: int, n_variants: int) -> list[dic
         inside = in_model.variant_times(session, call, tasks, variants, incumbent, fused, paths, tmp)
         for key, in_s in inside.items():
             recs = variants[key]
-            warm, flushed = (alone_times(session, tasks[key], recs, flush) for flush in (False, True))
+            alone = {cond: alone_times(session, tasks[key], recs, cond) for cond in CONDITIONS}
             row = {"model": name, "task": tasks[key].name, "weight": tasks[key].weight, "n": len(recs),
-                   "in_model_s": in_s, "warm_s": warm, "flushed_s": flushed, "share": profile[key] / sum(
-                       profile.values())}
+                   "in_model_s": in_s, **{f"{cond}_s": t for cond, t in alone.items()},
+                   "share": profile[key] / sum(profile.values())}
             best_inside = min(in_s)
-            for cond, times in (("warm", warm), ("flushed", flushed)):
+            for cond, times in alone.items():
                 row[f"{cond}_spearman"] = spearman(times, in_s)
                 row[f"{cond}_regret"] = in_s[min(range(len(times)), key=times.__getitem__)] / best_inside
             row["record_regret"] = in_s[min(range(len(recs)), key=lambda i: recs[i].latency_s)] / best_inside
             rows.append(row)
-            print(f"  {name} {row['task'][:40]:40s} n={row['n']} share {row['share']:.0%}: Spearman warm "
-                  f"{_f(row['warm_spearman'])} flushed {_f(row['flushed_spearman'])}; regret warm "
-                  f"{row['warm_regret']:.2f} flushed {row['flushed_regret']:.2f} (as searched "
-                  f"{row['record_regret']:.2f})", flush=True)
+            print(f"  {name} {row['task'][:40]:40s} n={row['n']} share {row['share']:.0%}: Spearman " +
+                  " ".join(f"{c} {_f(row[f'{c}_spearman'])}" for c in CONDITIONS) + "; regret " +
+                  " ".join(f"{c} {row[f'{c}_regret']:.2f}" for c in CONDITIONS) +
+                  f" (as searched {row['record_regret']:.2f})", flush=True)
     db.close()
     return rows
 
@@ -121,14 +125,18 @@ def main() -> None:
     rows = [r for name in args.models.split(",") for r in model_rows(name, Path(args.db_dir), args.threads,
                                                                       args.variants)]
     summary = {}
-    for cond in ("warm", "flushed"):
+    for cond in CONDITIONS:
         rho = [r[f"{cond}_spearman"] for r in rows if r[f"{cond}_spearman"] is not None]
         summary[cond] = {"median_spearman": statistics.median(rho) if rho else None,
                          "median_regret": statistics.median(r[f"{cond}_regret"] for r in rows) if rows else None,
-                         "mean_regret": statistics.fmean(r[f"{cond}_regret"] for r in rows) if rows else None}
+                         "mean_regret": statistics.fmean(r[f"{cond}_regret"] for r in rows) if rows else None,
+                         # the model's time lost by choosing by this condition: share-weighted regret over tasks
+                         "weighted_regret": (sum(r["share"] * r[f"{cond}_regret"] for r in rows) /
+                                             sum(r["share"] for r in rows)) if rows else None}
     print(f"{len(rows)} tasks, {args.threads} thread(s): " + "; ".join(
         f"{cond}: median Spearman {_f(s['median_spearman'])}, regret median {s['median_regret']:.3f} mean "
-        f"{s['mean_regret']:.3f}" for cond, s in summary.items() if s["median_regret"] is not None))
+        f"{s['mean_regret']:.3f} share-weighted {s['weighted_regret']:.3f}"
+        for cond, s in summary.items() if s["median_regret"] is not None))
     write_json(args.out or f"conditions_t{args.threads}", {"rows": rows, "summary": summary, "threads": args.threads,
                                                             "machine": machine_info(), "commit": git_commit()})
 

@@ -167,7 +167,7 @@ def _tune(args, name: str, model, fused, tasks, target, db_path: Path, row: dict
     db = open_database(str(db_path))
     start = time.perf_counter()
     config = TuneConfig(n_trials=trials, n_threads=args.threads, seed=args.seed, time_budget_s=seconds,
-                        flush_cache={"flush": True, "warm": False}.get(args.cache),
+                        timing_condition="" if args.cache == "default" else args.cache,
                         relatives=args.relatives, in_model=args.in_model).for_model()
     plan = ModelPlan(model, target, tasks, len(fusion_groups(fused)), config, Deadline.after(seconds), fused=fused)
     result = tune_planned_model(plan, db)
@@ -176,7 +176,7 @@ def _tune(args, name: str, model, fused, tasks, target, db_path: Path, row: dict
         phase = result.in_model
         row.update(in_model_s=phase.elapsed_s, in_model_before_s=phase.before_s, in_model_new_s=phase.new_s,
                    in_model_kept_new=phase.kept_new, in_model_changed=len(phase.changed))
-    row["flush_cache"] = config.flush_cache
+    row["timing_condition"] = config.condition
     row.update(trials=result.n_new, out_of_time=result.out_of_time, tasks_searched=result.n_tuned,
                tasks_default=result.n_default, tasks_unmeasured=len(result.unmeasured))
     row["tasks_tuned"] = _tasks_tuned(db, tasks)
@@ -275,7 +275,7 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
 
 
 TUNING_FIELDS = ("tune_s", "trials", "trials_per_task", "time_budget_s", "out_of_time", "tasks_searched",
-                 "tasks_default", "tasks_unmeasured", "commit", "measured_at", "started_from", "flush_cache",
+                 "tasks_default", "tasks_unmeasured", "commit", "measured_at", "started_from", "timing_condition",
                  "relatives", "time_per_model_s", "cpu", "in_model_s", "in_model_before_s", "in_model_new_s",
                  "in_model_kept_new", "in_model_changed")
 TIMING_FIELDS = ("autosched_s", "onnxruntime_s", "torch_s", "autosched_vs_ort", "autosched_vs_ort_paired",
@@ -437,9 +437,9 @@ def main() -> None:
                    "CPU (a table is made of one CPU's rows); each row names the commit and CPU it was measured on")
     p.add_argument("--start-from", help="a --db-dir of an earlier run (e.g. at another thread count): each model's "
                    "tuning database is copied from it and tuned further (its rows say so; not a from-scratch figure)")
-    p.add_argument("--cache", choices=("default", "flush", "warm"), default="default",
-                   help="TuneConfig.flush_cache: its default for models (flushed at 1 thread, warm at more), or forced "
-                   "either way (a variant: keep its rows out of --rows-dir)")
+    p.add_argument("--cache", choices=("default", "flush", "warm", "rotate"), default="default",
+                   help="TuneConfig.timing_condition: its default for models (TuneConfig.for_model), or forced to one "
+                   "(a variant: keep its rows out of --rows-dir)")
     p.add_argument("--retime", action="store_true", help="time every finished row again with this code, from the "
                    "database its run left in --db-dir (no tuning; the row keeps its tuning figures and its first "
                    "timing, and names both commits)")
@@ -452,7 +452,8 @@ def main() -> None:
     if args.start_from and args.rows_dir:
         p.error("--start-from rows are not from-scratch rows: keep them out of --rows-dir")
     if args.cache != "default" and args.rows_dir:
-        p.error("--cache flush|warm rows are a variant of the default configuration: keep them out of --rows-dir")
+        p.error("--cache flush|warm|rotate rows are a variant of the default configuration: keep them out of "
+                "--rows-dir")
     if args.relatives and args.rows_dir:
         p.error("--relatives rows are a variant of the default configuration: keep them out of --rows-dir")
     if args.retime and not args.db_dir:

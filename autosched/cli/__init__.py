@@ -17,6 +17,7 @@ from pathlib import Path
 
 from autosched.cli.parser import build_parser
 from autosched.errors import AutoschedError, UserInputError
+from autosched.masking import MaskingFormatter, mask_argv, mask_secrets
 
 EXIT_USER_ERROR = 2
 
@@ -28,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
         args = build_parser().parse_args(argv)
-        args.argv = argv  # recorded by commands that write artefacts (the command that rebuilds them)
+        args.argv = mask_argv(argv)  # recorded by commands that write artefacts (the command that rebuilds them)
         return _run_quietly(args, err)
     except UserInputError as e:
         err.print(f"autosched: error: {_one_line(e)}", style="red", highlight=False, soft_wrap=True, markup=False)
@@ -45,17 +46,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         reason = database_failure(e)  # the database failed inside a library (Optuna's storage): disk full, ...
         if reason:
-            err.print(f"autosched: error: {reason}", style="red", highlight=False, soft_wrap=True, markup=False)
+            err.print(f"autosched: error: {mask_secrets(reason)}", style="red", highlight=False, soft_wrap=True,
+                      markup=False)
             return EXIT_USER_ERROR
 
-        err.print(f"autosched: internal error: {failure_reason(e)} (traceback in the log file; please report it)",
+        reason = mask_secrets(failure_reason(e))
+        err.print(f"autosched: internal error: {reason} (traceback in the log file; please report it)",
                   style="red", highlight=False, soft_wrap=True, markup=False)
         return 1
 
 
 def _one_line(e: BaseException) -> str:
     """The message on one line, whatever the user's input it quotes holds (newlines, carriage returns)."""
-    return " ".join(str(e).splitlines())
+    return mask_secrets(" ".join(str(e).splitlines()))
 
 
 def _run_quietly(args: argparse.Namespace, err) -> int:
@@ -71,7 +74,7 @@ def _run_quietly(args: argparse.Namespace, err) -> int:
     logging.getLogger("autosched").setLevel(logging.INFO)
     console = logging.StreamHandler(sys.stderr) if args.verbose else None
     if console:
-        console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        console.setFormatter(MaskingFormatter("%(levelname)s %(name)s: %(message)s"))
         logging.getLogger().addHandler(console)
     try:
         return _command(args)(args)

@@ -44,7 +44,7 @@ def _designs(records, best) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    with open_database(args.db, create=False) as db:
+    with open_database(args.db, read_only=True) as db:
         _show(db, display_name(args.db))
     return 0
 
@@ -85,7 +85,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     output = Path(args.output)
     if output.is_dir():
         raise UserInputError(f"{output} is a directory: give a file path for the report, e.g. report.{fmt}")
-    with open_database(args.db, create=False) as db:
+    with open_database(args.db, read_only=True) as db:
         report = gather(db, display_name(args.db))
     if not report.tasks:
         raise UserInputError(f"database {display_name(args.db)} holds no tasks yet: tune something first")
@@ -118,7 +118,7 @@ def cmd_train_cost_model(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from autosched.db.transfer import export_jsonl
 
-    with open_database(args.db, create=False) as db:
+    with open_database(args.db, read_only=True) as db:
         n_tasks, n_records = export_jsonl(db, Path(args.output))
     out.print(f"exported {n_tasks} tasks and {n_records} records to {args.output}")
     return 0

@@ -14,6 +14,7 @@ import xgboost as xgb
 from autosched.cost.base import CostModel, NotFittedError
 from autosched.cost.features import FEATURE_VERSION
 from autosched.errors import IncompatibleArtefactError, UserInputError
+from autosched.masking import mask_data, mask_secrets
 from autosched.version import __version__
 
 MODEL_FILE, META_FILE = "model.json", "meta.json"
@@ -62,7 +63,8 @@ class XGBCostModel(CostModel):
             "kind": "xgb", "feature_version": self.feature_version, "target_family": self.target_family,
             "n_samples": self.n_samples_, "n_groups": self.n_groups_, "xgboost_version": xgb.__version__,
             "autosched_version": __version__, "params": self._params(), "n_rounds": self.n_rounds,
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "command": command, "trained_on": trained_on,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "command": mask_secrets(command),
+            "trained_on": mask_data(trained_on),
         }
         (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import abc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from autosched.db.leases import LEASE_S, Claim, Leases
-from autosched.records import Status, TuningRecord
+from autosched.records import Status, TuningRecord, schedule_key
 
 SCHEMA_VERSION = 2  # v2 (autosched 0.2): records.predicted_score
 
@@ -76,6 +77,16 @@ class Database(abc.ABC):
     def claims(self) -> list[Claim]:
         """The live (unexpired) claims."""
 
+    def commit_all(self, tasks: list[TaskRow], records: list[TuningRecord], selections: list[dict]) -> None:
+        """Store new tasks, records and an export's selections (``matched_selections``) in one transaction: all or
+        nothing (an import)."""
+        for t in tasks:
+            self.commit_task(t)
+        self.commit(records)
+        chosen = matched_selections(selections, self.records)
+        if chosen:
+            self.select(chosen)
+
     def select(self, selections: list[Selection]) -> None:
         """Store schedules chosen inside a model, each replacing the task's earlier choice; atomic."""
         raise NotImplementedError(f"{type(self).__name__} keeps no in-model selections")
@@ -128,16 +139,25 @@ class Database(abc.ABC):
         return sum(r.status is not Status.INVALID for r in self.records(task_key))
 
 
+def matched_selections(selections: list[dict], records_of: Callable[[str], list[TuningRecord]]) -> list[Selection]:
+    """An export's in-model choices, each pointed at the record it names (by creation time and decisions) among
+    ``records_of(task_key)``; those whose record is missing are dropped."""
+    chosen = []
+    for sel in selections:
+        named = (sel["record_created_at"], schedule_key(sel["record_decisions"]))
+        rec = next((r for r in records_of(sel["task_key"]) if (r.created_at, schedule_key(r.decisions)) == named),
+                   None)
+        if rec is not None:
+            fields = {k: sel[k] for k in ("task_key", "target", "model", "in_model_s", "model_s", "created_at")}
+            chosen.append(Selection(**fields, record_id=rec.record_id))
+    return chosen
+
+
 def display_name(path_or_url: str | Database) -> str:
     """The database as autosched prints it: a path as given, a URL without its password."""
     if isinstance(path_or_url, Database):
         return path_or_url.display_name
-    if "://" not in path_or_url:
-        return path_or_url
-    import sqlalchemy as sa
+    from autosched.masking import mask_secrets
 
-    try:
-        return sa.make_url(path_or_url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return path_or_url.split("://")[0] + "://..."
+    return mask_secrets(path_or_url)
 

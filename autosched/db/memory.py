@@ -9,6 +9,7 @@ from typing import Any
 import optuna
 
 from autosched.db.base import LEASE_S, Claim, Database, Selection, TaskRow
+from autosched.masking import mask_secrets
 from autosched.records import TuningRecord
 
 
@@ -27,6 +28,7 @@ class MemoryDatabase(Database):
     def commit(self, records: list[TuningRecord]) -> None:
         for r in records:
             r.record_id = len(self._records) + 1
+            r.error = r.error and mask_secrets(r.error)  # as the SQL database stores it
             self._records.append(r)
 
     def records(self, task_key: str | None = None) -> list[TuningRecord]:

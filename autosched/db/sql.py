@@ -17,8 +17,18 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from autosched.db.base import LEASE_S, SCHEMA_VERSION, Claim, Database, Selection, TaskRow, display_name
+from autosched.db.base import (
+    LEASE_S,
+    SCHEMA_VERSION,
+    Claim,
+    Database,
+    Selection,
+    TaskRow,
+    display_name,
+    matched_selections,
+)
 from autosched.errors import DatabaseError
+from autosched.masking import mask_secrets
 from autosched.records import Status, TuningRecord
 
 log = logging.getLogger("autosched.db")
@@ -86,8 +96,9 @@ def to_url(path_or_url: str) -> str:
     return path_or_url if "://" in path_or_url else f"sqlite:///{os.path.abspath(path_or_url)}"
 
 
-def _check_sqlite_file(path: Path) -> None:
-    """Refuse unwritable places and files that are not SQLite before SQLAlchemy touches them."""
+def _check_sqlite_file(path: Path, read_only: bool = False) -> None:
+    """Refuse unwritable places (unless only reading) and files that are not SQLite before SQLAlchemy touches
+    them."""
     if path.is_dir():
         raise DatabaseError(f"{path} is a directory: give a file path for the database, e.g. tuning_logs/x.db")
     if path.exists():
@@ -98,7 +109,7 @@ def _check_sqlite_file(path: Path) -> None:
             raise DatabaseError(f"cannot read database {path} ({err.strerror}): pick another --db path") from err
         if head and head != SQLITE_MAGIC:
             raise DatabaseError(f"{path} is not an autosched database (not SQLite): pick another --db path")
-        if not os.access(path, os.W_OK):
+        if not read_only and not os.access(path, os.W_OK):
             raise DatabaseError(f"database {path} is not writable: fix its permissions or pick another --db path")
         return
     parent = path.parent
@@ -119,31 +130,53 @@ RELEASE_WAIT_S = 2  # ... and a claim's release (see SQLDatabase.release)
 class SQLDatabase(Database):
     _claims_ready = False  # the claims table is known to exist
     _selections_ready = False  # ... and the selections table
+    _scored = True  # records have a predicted_score column (schema v2; a v1 database opened read-only has none)
 
     @property
     def display_name(self) -> str:
         """The database's path (SQLite) or its URL without the password."""
         return self.url[len("sqlite:///"):] if self.url.startswith("sqlite:///") else display_name(self.url)
 
-    def __init__(self, path_or_url: str, create: bool = True):
+    def __init__(self, path_or_url: str, create: bool = True, read_only: bool = False):
+        """``read_only`` (show, report, export): a SQLite file is opened read-only (a file or folder without write
+        permission is fine), nothing is created or migrated: an older schema is read as it is."""
         self.url = to_url(path_or_url)
+        self.read_only = read_only
+        self._engine_url = self.url
+        create = create and not read_only
         if self.url.startswith("sqlite:///") and ":memory:" not in self.url:
             path = Path(self.url[len("sqlite:///"):])
             if not create and not path.exists():
                 raise DatabaseError(f"database {path} does not exist: check the --db path")
-            _check_sqlite_file(path)
+            _check_sqlite_file(path, read_only)
+            if read_only:
+                self._engine_url = _read_only_url(path)
         try:
-            self.engine = sa.create_engine(self.url, **self._engine_kwargs())
+            self.engine = self._open_engine()
             self._check_intact()
             _retry_while_another_creates(lambda: self._check_schema(create))
         except sa.exc.SQLAlchemyError as err:
-            raise DatabaseError(f"cannot open database {path_or_url}: {str(err).splitlines()[0]}") from err
+            first_line = str(err).splitlines()[0]
+            raise DatabaseError(mask_secrets(f"cannot open database {path_or_url}: {first_line}")) from err
         except ImportError as err:  # a URL whose driver is not installed (postgresql+psycopg://, ...)
-            raise DatabaseError(f"cannot open database {path_or_url}: its driver {err.name or ''} is not installed "
-                                "(pip install it, or give a SQLite path)") from err
+            raise DatabaseError(mask_secrets(f"cannot open database {path_or_url}: its driver {err.name or ''} is not "
+                                             "installed (pip install it, or give a SQLite path)")) from err
         except (ValueError, TypeError) as err:  # a malformed URL (a port that is not a number, ...)
-            raise DatabaseError(f"cannot open database {path_or_url}: {err}") from err
+            raise DatabaseError(mask_secrets(f"cannot open database {path_or_url}: {err}")) from err
         self._storage: Any = None
+
+    def _open_engine(self) -> sa.Engine:
+        engine = sa.create_engine(self._engine_url, **self._engine_kwargs())
+        if self._engine_url == self.url:
+            return engine
+        try:  # read-only: a WAL database in a folder we cannot write needs its -shm file, which only a writer makes;
+            with engine.connect() as conn:  # such a file is read as immutable (no writer can be at work on it)
+                conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
+        except sa.exc.OperationalError:
+            engine.dispose()
+            self._engine_url += "&immutable=1"
+            engine = sa.create_engine(self._engine_url, **self._engine_kwargs())
+        return engine
 
     def _engine_kwargs(self) -> dict[str, Any]:
         """SQLite: wait up to 60 s (not 5) for another tuner's write to end, so concurrent tuners queue up."""
@@ -184,7 +217,9 @@ class SQLDatabase(Database):
                     break
                 time.sleep(0.2)
             version = int(row[0]) if row else -1
-            if version == 1:
+            if version == 1 and self.read_only:  # read as it is: records without their predicted_score
+                self._scored = False
+            elif version == 1:
                 self._migrate_v1()
             elif version != SCHEMA_VERSION:
                 raise DatabaseError(
@@ -217,11 +252,7 @@ class SQLDatabase(Database):
             with self._errors(), self.engine.begin() as conn:
                 if conn.execute(sa.select(task_table.c.task_key).where(task_table.c.task_key == task.task_key)).first():
                     return
-                conn.execute(task_table.insert().values(
-                    task_key=task.task_key, name=task.name, target=task.target, space_version=task.space_version,
-                    workload_json=task.workload_json, flops=task.flops, info=json.dumps(task.info),
-                    created_at=time.time(),
-                ))
+                conn.execute(task_table.insert().values(**_task_row(task)))
         except sa.exc.IntegrityError:  # another tuner on the same database stored it meanwhile
             if self.task(task.task_key) is None:
                 raise
@@ -236,24 +267,41 @@ class SQLDatabase(Database):
     def commit(self, records: list[TuningRecord]) -> None:
         if not records:
             return
-        rows = [{
-            "task_key": r.task_key, "target": r.target, "params": json.dumps(r.params),
-            "decisions": json.dumps(r.decisions), "trace": json.dumps(r.trace_json), "status": r.status.value,
-            "latencies_s": json.dumps(r.latencies_s),
-            "latency_s": r.latency_s if r.status is Status.OK and r.latencies_s else None, "error": r.error,
-            "autosched_version": r.autosched_version, "tvm_version": r.tvm_version,
-            "space_version": r.space_version, "created_at": r.created_at, "predicted_score": r.predicted_score,
-        } for r in records]
         with self._errors(), self.engine.begin() as conn:  # one transaction: a batch lands whole or not at all
-            conn.execute(record_table.insert(), rows)
+            conn.execute(record_table.insert(), _record_rows(records))
 
     def records(self, task_key: str | None = None) -> list[TuningRecord]:
-        query = sa.select(record_table).order_by(record_table.c.id)
+        query = sa.select(*self._record_columns()).order_by(record_table.c.id)
         if task_key is not None:
             query = query.where(record_table.c.task_key == task_key)
         with self._errors(), self.engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         return [_to_record(r) for r in rows]
+
+    def _record_columns(self) -> list[sa.Column]:
+        return [c for c in record_table.c if self._scored or c.name != "predicted_score"]
+
+    def commit_all(self, tasks: list[TaskRow], records: list[TuningRecord], selections: list[dict]) -> None:
+        """One transaction: an import lands whole or not at all."""
+        if selections:  # DDL first, on its own (SQLite commits it apart anyway): an empty table, as any select makes
+            with self._errors():
+                _retry_while_another_creates(lambda: self._create(selection_table))
+        with self._errors(), self.engine.begin() as conn:
+            keys = [t.task_key for t in tasks]
+            have = set(conn.execute(sa.select(task_table.c.task_key).where(task_table.c.task_key.in_(keys))).scalars())
+            new_tasks = [_task_row(t) for t in tasks if t.task_key not in have]
+            if new_tasks:
+                conn.execute(task_table.insert(), new_tasks)
+            if records:
+                conn.execute(record_table.insert(), _record_rows(records))
+
+            def records_of(key: str) -> list[TuningRecord]:
+                query = sa.select(record_table).where(record_table.c.task_key == key)
+                return [_to_record(r) for r in conn.execute(query).mappings()]
+
+            chosen = matched_selections(selections, records_of)
+            if chosen:
+                _replace_selections(conn, chosen)
 
     def n_measured(self, task_key: str) -> int:
         query = (sa.select(sa.func.count()).select_from(record_table).where(record_table.c.task_key == task_key)
@@ -262,7 +310,7 @@ class SQLDatabase(Database):
             return int(conn.execute(query).scalar_one())
 
     def best(self, task_key: str, target: str | None = None) -> TuningRecord | None:
-        query = (sa.select(record_table).where(record_table.c.task_key == task_key)
+        query = (sa.select(*self._record_columns()).where(record_table.c.task_key == task_key)
                  .where(record_table.c.latency_s.is_not(None)).order_by(record_table.c.latency_s).limit(1))
         if target is not None:
             query = query.where(record_table.c.target == target)
@@ -276,10 +324,8 @@ class SQLDatabase(Database):
             return
         with self._errors():
             _retry_while_another_creates(lambda: self._create(selection_table))
-        keys = [s.task_key for s in selections]
         with self._errors(), self.engine.begin() as conn:  # one transaction: the whole combination or none of it
-            conn.execute(selection_table.delete().where(selection_table.c.task_key.in_(keys)))
-            conn.execute(selection_table.insert(), [vars(s) for s in selections])
+            _replace_selections(conn, selections)
 
     def selection(self, task_key: str) -> Selection | None:
         if not self._has_selections():
@@ -372,7 +418,7 @@ class SQLDatabase(Database):
             import optuna
 
             self._storage = _retry_while_another_creates(
-                lambda: optuna.storages.RDBStorage(self.url, engine_kwargs=self._engine_kwargs()))
+                lambda: optuna.storages.RDBStorage(self._engine_url, engine_kwargs=self._engine_kwargs()))
         return self._storage
 
     def close(self) -> None:
@@ -422,9 +468,10 @@ def describe_failure(url: str | None, err: BaseException) -> str:
     if url is None:
         where = "the tuning database"
     else:
-        where = url[len("sqlite:///"):] if url.startswith("sqlite:///") else sa.make_url(url).render_as_string()
+        where = url[len("sqlite:///"):] if url.startswith("sqlite:///") else display_name(url)
         where = f"database {where}"
     text = str(getattr(err, "orig", None) or err).splitlines()[0] if str(err) else type(err).__name__
+    text = mask_secrets(text)  # a driver's message may quote its connection string
     low = text.lower()
     if "full" in low or "no space" in low:
         return (f"{where}: the disk is full ({text}); what was measured before is saved: free some space "
@@ -437,11 +484,42 @@ def describe_failure(url: str | None, err: BaseException) -> str:
     return f"{where} failed ({text}); what was measured before is saved"
 
 
+def _read_only_url(path: Path) -> str:
+    """A SQLite URI that opens ``path`` read-only (it is never created, written or migrated)."""
+    from urllib.parse import quote
+
+    return f"sqlite:///file:{quote(str(path))}?mode=ro&uri=true"
+
+
+def _task_row(task: TaskRow) -> dict[str, Any]:
+    return {"task_key": task.task_key, "name": task.name, "target": task.target, "space_version": task.space_version,
+            "workload_json": task.workload_json, "flops": task.flops, "info": json.dumps(task.info),
+            "created_at": time.time()}
+
+
+def _record_rows(records: list[TuningRecord]) -> list[dict[str, Any]]:
+    return [{
+        "task_key": r.task_key, "target": r.target, "params": json.dumps(r.params),
+        "decisions": json.dumps(r.decisions), "trace": json.dumps(r.trace_json), "status": r.status.value,
+        "latencies_s": json.dumps(r.latencies_s),
+        "latency_s": r.latency_s if r.status is Status.OK and r.latencies_s else None,
+        "error": r.error and mask_secrets(r.error),
+        "autosched_version": r.autosched_version, "tvm_version": r.tvm_version,
+        "space_version": r.space_version, "created_at": r.created_at, "predicted_score": r.predicted_score,
+    } for r in records]
+
+
+def _replace_selections(conn: sa.Connection, selections: list[Selection]) -> None:
+    """Each task's choice replaced (inside the caller's transaction)."""
+    conn.execute(selection_table.delete().where(selection_table.c.task_key.in_([s.task_key for s in selections])))
+    conn.execute(selection_table.insert(), [vars(s) for s in selections])
+
+
 def _to_record(r: Any) -> TuningRecord:
     return TuningRecord(
         task_key=r["task_key"], target=r["target"], params=json.loads(r["params"]),
         decisions=json.loads(r["decisions"]), trace_json=json.loads(r["trace"]) if r["trace"] else None,
         status=Status(r["status"]), latencies_s=json.loads(r["latencies_s"]), error=r["error"],
         autosched_version=r["autosched_version"], tvm_version=r["tvm_version"], space_version=r["space_version"],
-        created_at=r["created_at"], predicted_score=r["predicted_score"], record_id=r["id"],
+        created_at=r["created_at"], predicted_score=r.get("predicted_score"), record_id=r["id"],
     )

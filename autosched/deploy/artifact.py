@@ -43,6 +43,7 @@ from autosched.bounded import (
 from autosched.db import Database, display_name
 from autosched.deploy.build import CompiledModel
 from autosched.errors import IncompatibleArtefactError, UserInputError
+from autosched.masking import mask_argv, mask_secrets
 
 FORMAT = "autosched-artifact"
 SCHEMA_VERSION = 1
@@ -83,10 +84,14 @@ def save_artifact(compiled: CompiledModel, path: str | Path, db: str | Database 
     with tempfile.TemporaryDirectory(prefix="autosched-artifact-") as tmp:
         _write_files(compiled, manifest, Path(tmp))
         partial = path.with_name(path.name + ".partial")
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
-            for f in sorted(Path(tmp).iterdir()):
-                zf.write(f, f.name)
-        partial.replace(path)  # a reader never sees half a file
+        try:
+            with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
+                for f in sorted(Path(tmp).iterdir()):
+                    zf.write(f, f.name)
+            partial.replace(path)  # a reader never sees half a file
+        except BaseException:  # a failed write (disk full, Ctrl-C) leaves the old artifact, and no *.partial
+            partial.unlink(missing_ok=True)
+            raise
     return path
 
 
@@ -153,7 +158,7 @@ def provenance(compiled: CompiledModel, db: str | Database | None, command: list
         counts[source] = counts.get(source, 0) + 1
     if db_name is None and db is not None:
         db_name = display_name(db)
-    return {"database": db_name, "command": command, "counts": counts,
+    return {"database": db_name and mask_secrets(db_name), "command": command and mask_argv(command), "counts": counts,
             "groups": groups}
 
 

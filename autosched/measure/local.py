@@ -142,9 +142,9 @@ class LocalRunner(Runner):
 
     def __init__(self, n_threads: int | None = None, timeout_s: float = 30.0, repeat: int = 3,
                  min_repeat_ms: int = 25, rtol: float = 1e-3, atol: float = 1e-4, device: str = "cpu",
-                 cutoff_ratio: float | None = 3.0, flush_cache: bool = False):
+                 cutoff_ratio: float | None = 3.0, condition: str = "warm"):
         self.repeat, self.min_repeat_ms, self.rtol, self.atol, self.device = repeat, min_repeat_ms, rtol, atol, device
-        self.cutoff_ratio, self.flush_cache = cutoff_ratio, flush_cache
+        self.cutoff_ratio, self.condition = cutoff_ratio, condition  # worker.TIMING_CONDITIONS
         self._best_s: dict[str, float] = {}  # per task (io path): fastest median so far
         self._pool = _Pool(1, timeout_s, n_threads)
 
@@ -160,7 +160,7 @@ class LocalRunner(Runner):
         try:
             res = self._pool.submit(worker.run, b.artifact_path, io.io_path, io.n_outputs, self.device,
                                     self.repeat, self.min_repeat_ms, self.rtol, self.atol, True, cutoff,
-                                    self.flush_cache).result()
+                                    self.condition).result()
             status, lat, err = Status(res["status"]), res["latencies_s"], res["error"]
             if status is Status.OK and len(lat) == self.repeat:
                 self._best_s[io.io_path] = min(statistics.median(lat), best or float("inf"))

@@ -84,9 +84,9 @@ class RPCRunner(Runner):
 
     def __init__(self, tracker: tuple[str, int], key: str, n_threads: int | None = None, timeout_s: float = 30.0,
                  repeat: int = 3, min_repeat_ms: int = 25, rtol: float = 1e-3, atol: float = 1e-4,
-                 device: str = "cpu", cutoff_ratio: float | None = 3.0, flush_cache: bool = False):
+                 device: str = "cpu", cutoff_ratio: float | None = 3.0, condition: str = "warm"):
         self.tracker, self.key = tracker, key
-        self.flush_cache = flush_cache
+        self.condition = condition  # worker.TIMING_CONDITIONS
         self.n_threads, self.timeout_s = n_threads, timeout_s
         self.repeat, self.min_repeat_ms, self.rtol, self.atol, self.device = repeat, min_repeat_ms, rtol, atol, device
         self.cutoff_ratio = cutoff_ratio
@@ -136,7 +136,7 @@ class RPCRunner(Runner):
         cutoff = self._cutoff_s(io, self._best_s.get(io.io_path), self.cutoff_ratio)
         return self._pool.submit(worker.run_remote, self.tracker, self.key, b.artifact_path, io.io_path,
                                  io.n_outputs, self.device, self.repeat, self.min_repeat_ms, self.rtol, self.atol,
-                                 True, cutoff, self.timeout_s, self.n_threads, self.flush_cache)
+                                 True, cutoff, self.timeout_s, self.n_threads, self.condition)
 
     def _result(self, fut: Future, b: BuildResult, io: TaskIO, start: float) -> MeasureResult:
         try:

@@ -127,7 +127,7 @@ def run(
     atol: float,
     check: bool = True,
     cutoff_s: float | None = None,
-    flush_cache: bool = False,
+    condition: str = "warm",
 ) -> dict[str, Any]:
     """Load a library here, check its outputs against the reference in ``io_path``, then time it
     (``measure``)."""
@@ -135,7 +135,7 @@ def run(
 
     lib = tvm.runtime.load_module(lib_path)
     return measure(lib, tvm.device(device, 0), _load_io(io_path), n_outputs, _timed_spec(lib_path), repeat,
-                   min_repeat_ms, rtol, atol, check, cutoff_s, flush_cache)
+                   min_repeat_ms, rtol, atol, check, cutoff_s, condition)
 
 
 def measure(
@@ -150,15 +150,19 @@ def measure(
     atol: float,
     check: bool = True,
     cutoff_s: float | None = None,
-    flush_cache: bool = False,
+    condition: str = "warm",
 ) -> dict[str, Any]:
     """Check a loaded library's outputs against the reference arrays ``io``, then time it on ``dev``. The
     library and device are local ones or an RPC session's: the same code checks and times both.
 
     A candidate whose checking run and one warm run both take longer than ``cutoff_s`` is reported with the
     warm timing instead of the full repeats: it is far from the best, and the search only needs to know that.
-    ``flush_cache`` (CPU): every argument but the first is flushed from the caches before each repeat, and each
-    repeat is one run: the weights and outputs come from memory, as inside a model too large to stay cached.
+    ``condition`` (CPU; one of TIMING_CONDITIONS), how the caches stand at each timed run: "warm", each run right
+    after the last (everything it touches left in the caches); "flush", every argument but the first flushed from
+    the caches before each repeat, one run a repeat; "rotate", every argument but the first on its own copy per
+    run, enough copies to pass through twice the last-level cache (``rotated_times``). In the last two the weights
+    and outputs come from memory, as inside a model too large to stay cached, and the first argument (the
+    activation the model's previous kernel just wrote) stays cached.
 
     Returns {"status": "OK"|"WRONG_RESULT", "latencies_s": [...], "error": str|None, "outputs": optional}.
     """
@@ -187,10 +191,57 @@ def measure(
         warm_s = lib.time_evaluator(name, dev, number=1, repeat=1, min_repeat_ms=0)(*args).results[0]
         if warm_s > cutoff_s:
             return {"status": "OK", "latencies_s": [warm_s], "error": None}
-    flush = flush_cache and dev.dlpack_device_type() == tvm.cpu().dlpack_device_type()
+    on_cpu = dev.dlpack_device_type() == tvm.cpu().dlpack_device_type()
+    if condition == "rotate" and on_cpu:
+        return {"status": "OK", "latencies_s": rotated_times(lib[name], dev, args, len(inputs), repeat,
+                                                              min_repeat_ms), "error": None}
+    flush = condition == "flush" and on_cpu
     timer = lib.time_evaluator(name, dev, number=1, repeat=repeat, min_repeat_ms=0 if flush else min_repeat_ms,
                                cooldown_interval_ms=0, f_preproc="cache_flush_cpu_non_first_arg" if flush else "")
     return {"status": "OK", "latencies_s": list(timer(*args).results), "error": None}
+
+
+TIMING_CONDITIONS = ("warm", "flush", "rotate")  # how a CPU kernel is timed (``measure``)
+ROTATE_MAX_COPIES = 256  # a tiny kernel's arguments are copied at most this many times
+ROTATE_MAX_BYTES = 1 << 30  # and never more than this much memory in all
+
+
+def rotated_times(fn: Any, dev: Any, args: list[Any], n_inputs: int, repeat: int, min_repeat_ms: int) -> list[float]:
+    """Seconds per run of ``fn``, ``repeat`` times: each run on the next of N copies of every argument but the
+    first (the inputs copied, the outputs fresh), N enough for the copies to pass through twice the last-level
+    cache, so each run finds its weights and outputs where the last N - 1 runs pushed them: out of the caches.
+    A repeat is at least one pass over the copies and ``min_repeat_ms``; the time per run includes one Python
+    call (a few microseconds: the same for every schedule of a task, which is what these times rank)."""
+    import time as _time
+
+    import tvm
+
+    from autosched.bandwidth import bytes_moved, last_level_cache_bytes
+
+    rest = args[1:]
+    per_copy = bytes_moved([(tuple(a.shape), str(a.dtype)) for a in rest])
+    n_copies = min(ROTATE_MAX_COPIES, max(1, -(-2 * last_level_cache_bytes() // max(per_copy, 1))),
+                   max(1, ROTATE_MAX_BYTES // max(per_copy, 1)))
+    copies = [list(args)]
+    for _ in range(n_copies - 1):
+        copies.append([args[0], *(tvm.runtime.tensor(a.numpy(), dev) if i < n_inputs else
+                                  tvm.runtime.empty(a.shape, a.dtype, dev) for i, a in enumerate(rest, 1))])
+    for c in copies:  # every page touched once, untimed
+        fn(*c)
+    dev.sync()
+    times = []
+    for _ in range(repeat):
+        n_runs, start = 0, _time.perf_counter()
+        while True:
+            for c in copies:
+                fn(*c)
+            n_runs += len(copies)
+            dev.sync()
+            elapsed = _time.perf_counter() - start
+            if elapsed * 1e3 >= min_repeat_ms:
+                break
+        times.append(elapsed / n_runs)
+    return times
 
 
 def _timed_spec(lib_path: str) -> dict | None:
@@ -257,7 +308,7 @@ def run_remote(
     cutoff_s: float | None = None,
     session_timeout_s: float = 0.0,
     n_threads: int | None = None,
-    flush_cache: bool = False,
+    condition: str = "warm",
 ) -> dict[str, Any]:
     """``run`` on a device under ``key`` at a TVM RPC tracker: one session per call, which the server kills
     after ``session_timeout_s`` (0: never). The library is uploaded; checking and timing are ``measure``."""
@@ -273,7 +324,7 @@ def run_remote(
     sess.upload(lib_path)
     lib = sess.load_module(os.path.basename(lib_path))
     return measure(lib, sess.device(device, 0), _load_io(io_path), n_outputs, _timed_spec(lib_path), repeat,
-                   min_repeat_ms, rtol, atol, check, cutoff_s, flush_cache)
+                   min_repeat_ms, rtol, atol, check, cutoff_s, condition)
 
 
 SKIP_RUN = 1  # tvm.runtime.vm.VMInstrumentReturnKind: the hook ran the call itself

@@ -23,6 +23,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import Trial, TrialState
 
 from autosched.errors import UnknownNameError, UserInputError
+from autosched.masking import mask_secrets
 from autosched.records import MeasureResult, Status
 from autosched.spaces.base import SearchSpace
 
@@ -110,7 +111,7 @@ def mark_outcome(trial: Trial, status: Status, error: str | None = None) -> None
     trial.set_user_attr(STATUS_ATTR, status.value)
     trial.set_constraint(CONSTRAINT, 0.0 if status is Status.OK else 1.0)
     if error:
-        trial.set_user_attr("error", error[:500])
+        trial.set_user_attr("error", mask_secrets(error)[:500])
 
 
 def params_key(params: dict[str, Any]) -> tuple:

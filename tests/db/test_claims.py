@@ -122,8 +122,8 @@ def test_a_database_of_an_earlier_version_gains_the_claims_table_and_keeps_its_f
     assert "autosched_claims" in sa.inspect(db.engine).get_table_names()
     export_jsonl(db, tmp_path / "x.jsonl")  # claims are not tuning results: never exported
     lines = [json.loads(line) for line in (tmp_path / "x.jsonl").read_text().splitlines()]
-    assert lines[0] == {"format": "autosched-export", "schema_version": 2}
-    assert {next(iter(item)) for item in lines[1:]} == {"task", "record"}
+    assert lines[0] == {"format": "autosched-export", "schema_version": 2, "export_version": 2}
+    assert {next(iter(item)) for item in lines[1:]} == {"task", "record", "trailer"}
     db.close()
     assert open_database(str(path), create=False).records()  # still readable
 

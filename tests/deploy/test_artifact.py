@@ -91,8 +91,11 @@ def test_a_bare_library_still_loads_through_load(built, tmp_path):
 
 
 def test_the_database_password_is_not_in_the_provenance(built):
-    manifest = build_manifest(built["compiled"], "postgresql://tuner:s3cret@db.example/tuning")
+    url = "postgresql://tuner:s3cret@db.example/tuning"
+    manifest = build_manifest(built["compiled"], url, ["autosched", "compile", "--db", url, f"--db={url}"])
     assert "s3cret" not in json.dumps(manifest) and "tuner:***@db.example" in manifest["provenance"]["database"]
+    assert manifest["provenance"]["command"][3:] == ["postgresql://tuner:***@db.example/tuning",
+                                                     "--db=postgresql://tuner:***@db.example/tuning"]
 
 
 def doctored(artifact, tmp_path, change) -> str:
@@ -325,3 +328,23 @@ def test_malformed_library_metadata_is_one_line(built, tmp_path, meta, message):
     with pytest.raises(UserInputError) as err:
         load_artifact(folder)
     assert message in _one_line(err)
+
+
+def test_a_failed_zip_write_keeps_the_old_artifact_and_leaves_no_partial_file(built, tmp_path, monkeypatch):
+    target = tmp_path / "mlp.autosched"
+    shutil.copy(built["zip"], target)
+    before = target.read_bytes()
+    written = []
+
+    def write_then_fail(self, filename, arcname=None, *args, **kwargs):
+        if written:
+            raise OSError(28, "No space left on device")
+        written.append(arcname)
+        return real_write(self, filename, arcname, *args, **kwargs)
+
+    real_write = zipfile.ZipFile.write
+    monkeypatch.setattr(zipfile.ZipFile, "write", write_then_fail)
+    with pytest.raises(OSError, match="No space"):
+        save_artifact(built["compiled"], target, built["db"])
+    assert written and target.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["mlp.autosched"]  # no mlp.autosched.partial

@@ -168,8 +168,8 @@ class _RecordingLibrary:
         return self.lib.time_evaluator(name, dev, **kwargs)
 
 
-def test_flush_cache_times_one_cold_run_per_repeat():
-    """With ``flush_cache`` each repeat is one run after TVM's cache flush, not a loop of min_repeat_ms warm runs."""
+def test_the_flush_condition_times_one_cold_run_per_repeat():
+    """Flushed, each repeat is one run after TVM's cache flush, not a loop of min_repeat_ms warm runs."""
     import numpy as np
 
     from autosched._tvm import tvm
@@ -177,10 +177,45 @@ def test_flush_cache_times_one_cold_run_per_repeat():
 
     a, b = (np.random.default_rng(i).random((32, 32), dtype=np.float32) for i in range(2))
     io = {"in0": a, "in1": b, "out0": a @ b, "shape_out0": np.array((32, 32)), "dtype_out0": np.array("float32")}
-    for flush, (min_repeat_ms, preproc) in {False: (200, ""), True: (0, "cache_flush_cpu_non_first_arg")}.items():
+    for condition, (min_repeat_ms, preproc) in {"warm": (200, ""), "flush": (0, "cache_flush_cpu_non_first_arg")
+                                                }.items():
         lib = _RecordingLibrary(tvm.compile(_matmul_variant(32), target="llvm").mod)
         res = measure(lib, tvm.cpu(), io, 1, None, repeat=3, min_repeat_ms=200, rtol=1e-4, atol=1e-5,
-                      flush_cache=flush)
+                      condition=condition)
         assert res["status"] == "OK" and len(res["latencies_s"]) == 3
         (kwargs,) = lib.timer_kwargs
         assert (kwargs["number"], kwargs["min_repeat_ms"], kwargs["f_preproc"]) == (1, min_repeat_ms, preproc)
+
+
+def test_the_rotate_condition_runs_each_time_on_new_copies_of_all_but_the_first_argument(monkeypatch):
+    """Rotated, the copies of the weights and outputs pass through twice the last-level cache (here, a 1 MiB cache
+    pretended: 16 copies of a 128x128 matmul's 64 KiB weight and 64 KiB output), the first argument is the same
+    tensor in every run, every run's output is right, and each repeat is at least one pass over the copies."""
+    import numpy as np
+
+    from autosched import bandwidth
+    from autosched._tvm import tvm
+    from autosched.measure import worker
+
+    monkeypatch.setattr(bandwidth, "last_level_cache_bytes", lambda: 1 << 20)
+    a, b = (np.random.default_rng(i).random((128, 128), dtype=np.float32) for i in range(2))
+    io = {"in0": a, "in1": b, "out0": a @ b, "shape_out0": np.array((128, 128)), "dtype_out0": np.array("float32")}
+    lib = tvm.compile(_matmul_variant(128), target="llvm").mod
+    seen = []
+
+    def spy(*args):
+        seen.append(args)
+        return lib["main"](*args)
+
+    times = worker.rotated_times(spy, tvm.cpu(), [tvm.runtime.tensor(x) for x in (a, b)] +
+                                 [tvm.runtime.empty((128, 128), "float32")], 2, repeat=2, min_repeat_ms=0)
+    assert len(times) == 2 and all(t > 0 for t in times)
+    assert len(seen) == 16 * 3  # touched once, then one pass per repeat (min_repeat_ms 0)
+    copies = seen[:16]
+    assert len({id(c[0]) for c in seen}) == 1  # the activation stays one tensor
+    assert len({id(c[1]) for c in copies}) == 16 and len({id(c[2]) for c in copies}) == 16
+    for c in copies:
+        np.testing.assert_allclose(c[2].numpy(), a @ b, rtol=1e-4)
+    res = worker.measure(lib, tvm.cpu(), io, 1, None, repeat=3, min_repeat_ms=1, rtol=1e-4, atol=1e-5,
+                         condition="rotate")
+    assert res["status"] == "OK" and len(res["latencies_s"]) == 3
