@@ -139,16 +139,36 @@ class TuneConfig:
 
     @classmethod
     def from_toml(cls, path: str | Path) -> TuneConfig:
+        """The config in TOML file ``path``: its fields at the top level, or all of them in one ``[tune]`` table
+        (then nothing else at the top level). Read at most ``CONFIG_MAX_BYTES``; anything else is one line."""
+        from autosched.bounded import check_depth, decode, read_capped
+
+        fix = "give a TOML file of TuneConfig fields, at its top level or under [tune]"
         try:
-            raw = tomllib.loads(Path(path).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as err:
-            raise UserInputError(f"cannot read config {path}: {err}") from err
+            raw = tomllib.loads(decode(read_capped(path, CONFIG_MAX_BYTES, f"config {path}", fix),
+                                       f"config {path}", fix))
+        except (OSError, ValueError) as err:  # ValueError: TOMLDecodeError, or an integer of over 4300 digits
+            why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)[:200]
+            raise UserInputError(f"cannot read config {path}: {why}: {fix}") from err
+        except RecursionError as err:
+            raise UserInputError(f"config {path} nests too deeply to read: {fix}") from err
+        check_depth(raw, f"config {path}", fix)
         table = raw.get("tune", raw)
+        if not isinstance(table, dict):
+            raise UserInputError(f"config {path}: tune must be a table ([tune] followed by its keys), got "
+                                 f"{type(table).__name__}: {fix}")
+        outside = sorted(set(raw) - {"tune"}) if "tune" in raw else []
+        if outside:
+            raise UserInputError(f"config {path}: keys {outside} are outside its [tune] table, which would ignore "
+                                 "them: put every key under [tune], or drop the [tune] header")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(table) - names)
         if unknown:
             raise UserInputError(f"config {path}: unknown keys {unknown}; valid keys: {sorted(names)}")
         return cls(**table)
+
+
+CONFIG_MAX_BYTES = 1 << 20  # a config is a few hundred bytes; more is not one
 
 
 _LOWEST = {"batch_size": 1, "repeat": 1, "pool_factor": 1}  # everything else numeric: >= 0

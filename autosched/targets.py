@@ -25,6 +25,7 @@ from autosched._tvm import (
     tvm,
 )
 from autosched.bandwidth import copy_bandwidth
+from autosched.bounded import check_depth
 from autosched.config import resolve_threads
 from autosched.errors import UserInputError
 
@@ -82,7 +83,9 @@ def make_target(spec: str, n_threads: int | None = None) -> Target:
     spec = spec.strip()
     try:
         if spec.startswith("{"):
-            return _with_cuda_limits(json.loads(spec))
+            config = json.loads(spec)
+            check_depth(config, f"--target {_quoted(spec)}", TARGET_HINT)  # TVM's parser recurses
+            return _with_cuda_limits(config)
         name = TARGET_ALIASES.get(spec, spec)
         if name == "llvm":
             return host_target(n_threads)
@@ -95,7 +98,12 @@ def make_target(spec: str, n_threads: int | None = None) -> Target:
     except UserInputError:
         raise
     except (ValueError, RuntimeError, TypeError, AttributeError, json.JSONDecodeError) as err:
-        raise UserInputError(f"unknown target {spec!r}: {TARGET_HINT}") from err
+        raise UserInputError(f"unknown target {_quoted(spec)}: {TARGET_HINT}") from err
+
+
+def _quoted(spec: str, limit: int = 200) -> str:
+    """``spec`` quoted for an error line, its middle cut where it is longer than ``limit`` characters."""
+    return repr(spec) if len(spec) <= limit else f"{spec[:limit // 2]!r}...{spec[-limit // 4:]!r}"
 
 
 def host_target(n_threads: int | None = None) -> Target:

@@ -50,3 +50,29 @@ def test_tune_model_tunes_with_the_model_config(monkeypatch):
     with pytest.raises(Stop):
         autosched.tune_model("zoo:mlp", db=":memory:", config=TuneConfig(n_trials=1, n_threads=1, flush_cache=False))
     assert [c.condition for c in seen] == ["flush", "warm"]
+
+
+# --- hostile or broken config files (issue 62): one line naming the file, the problem and the fix ------------------
+@pytest.mark.parametrize("content,message", [
+    (b"\x00\xff\xfe\x80binary", "is not UTF-8 text"),
+    (b"tune = 5\n", "tune must be a table"),
+    (b"tune = [1, 2]\n", "tune must be a table"),
+    (b"n_trials = 3\n[tune]\nseed = 1\n", "keys ['n_trials'] are outside its [tune] table"),
+    (b"a = " + b"[" * 3000 + b"]" * 3000 + b"\n", "nests"),
+    (b"a = " + b"[" * 100 + b"]" * 100 + b"\n", "nests deeper than 64 levels"),
+    (b"# " + b"x" * (2 << 20) + b"\n", "larger than 1 MiB"),
+])
+def test_a_hostile_config_file_is_one_line(content, message, tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_bytes(content)
+    with pytest.raises(UserInputError) as info:
+        TuneConfig.from_toml(path)
+    text = str(info.value)
+    assert message in text and "\n" not in text and str(path) in text
+
+
+def test_a_config_at_the_top_level_or_under_tune_reads_the_same(tmp_path):
+    top, table = tmp_path / "top.toml", tmp_path / "table.toml"
+    top.write_text("n_trials = 7\nseed = 3\n")
+    table.write_text("[tune]\nn_trials = 7\nseed = 3\n")
+    assert TuneConfig.from_toml(top) == TuneConfig.from_toml(table) == TuneConfig(n_trials=7, seed=3)

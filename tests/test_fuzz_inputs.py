@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
 import tomllib
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -296,6 +298,235 @@ def test_dynamic_dimensions_without_values(dim, given_input, log, tmp_path_facto
     path.write_bytes(_tiny_onnx("Relu", dim))
     extra = [] if given_input is None else [f"--input={given_input}"]
     _assert_one_line_exit_2(*_cli(["--log", log, "inspect", str(path), "--threads", "1", *extra]), allow_ok=True)
+
+
+# --- hostile files: configs, JSON-lines exports, artifacts, --target JSON (issue 62) -------------------------------
+# Each file kind gets the same seeded variants of one valid example, a fixed count per mutation kind; every variant
+# goes through the CLI in-process and must end in one line and exit code 2, or in success where it is still valid.
+HOSTILE_KINDS = ("truncated", "random bytes", "wrong type", "deep nesting", "huge number", "empty container",
+                 "unicode", "NUL byte")
+PER_KIND = 10  # variants per mutation kind ("wrong type": one per key of the example, up to WRONG_TYPE_KEYS)
+WRONG_TYPE_KEYS = 40
+HOSTILE_SEEN: Counter = Counter()  # (file kind, mutation kind) -> inputs tried, reported by the last test
+_HOLE = "\x01HOLE\x01"  # stands for the raw text put at a chosen key (json.dumps writes it "\\u0001HOLE\\u0001")
+_WRONG_JSON = ["null", "true", "0", "-1", "1.5", '""', '"x"', "[]", "{}", '[1, "a"]', '{"a": null}']
+_WRONG_TOML = ["true", "0", "-1", "1.5", '""', '"x"', "[]", "{}", '[1, "a"]', "{ a = 1 }"]
+
+
+def _key_paths(value, prefix=()):
+    """Every key (dict) and index (list) path of a parsed value, the value itself first."""
+    yield prefix
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        yield from _key_paths(v, (*prefix, k))
+
+
+def _with(value, path, new):
+    import copy
+
+    value = copy.deepcopy(value)
+    if not path:
+        return new
+    inner = value
+    for k in path[:-1]:
+        inner = inner[k]
+    inner[path[-1]] = new
+    return value
+
+
+def _raw_for(kind: str, rng, toml: bool) -> str:
+    """The raw text a mutation kind puts at one key (JSON or TOML syntax)."""
+    depth = rng.choice([65, 300, 1000, 5000, 50_000])
+    if kind == "deep nesting":
+        if toml:
+            return rng.choice(["[" * depth + "]" * depth, "{ a = " * min(depth, 3000) + "1" + " }" * min(depth, 3000)])
+        return rng.choice(["[" * depth + "]" * depth, '{"a":' * depth + "1" + "}" * depth])
+    if kind == "huge number":
+        return rng.choice(["1" + "0" * rng.choice([20, 400, 5000]), "1e400", "-1e400", str(2**64), "-" + str(2**63 + 1),
+                           "1e-400"] + ([] if toml else ["NaN", "Infinity"]))
+    if kind == "empty container":
+        return rng.choice(["[]", "{}", '""'])
+    if kind == "unicode":
+        return rng.choice(['"\\ud800"', '"\\u202eevil"', '"\\u2028x\\u2029"', '"\u00e9\u20ac\U0001F600"',
+                           '"' + "\u00e9" * 2000 + '"'])
+    if kind == "NUL byte":
+        return '"a\\u0000b"'
+    return rng.choice(_WRONG_TOML if toml else _WRONG_JSON)  # wrong type
+
+
+def hostile_variants(valid, dump, rng, toml: bool = False, argv: bool = False, levels: tuple[int, int] = (1, 99)):
+    """(mutation kind, bytes) pairs: ``PER_KIND`` of each kind (``dump(value)`` writes a parsed value as text), one
+    wrong type per key. ``argv``: text an argument can hold (no NUL byte: it goes in as a JSON escape). ``levels``:
+    the lowest and highest nesting level of the keys whose values are replaced (1: the top-level ones)."""
+    text = dump(valid).encode()
+    paths = [p for p in _key_paths(valid) if levels[0] <= len(p) <= levels[1]][:WRONG_TYPE_KEYS]
+    for kind in HOSTILE_KINDS:
+        for i in range(len(paths) if kind == "wrong type" else PER_KIND):
+            if kind == "truncated":
+                blob = text[: rng.randrange(len(text))]
+            elif kind == "random bytes":
+                blob = rng.randbytes(rng.randrange(1, 300))
+                if argv:
+                    blob = blob.replace(b"\x00", b"").decode("latin-1").encode()
+            elif kind == "NUL byte" and i % 2 and not argv:  # half: a NUL byte anywhere in the file
+                at = rng.randrange(len(text))
+                blob = text[:at] + b"\x00" + text[at:]
+            else:
+                path = paths[i] if kind == "wrong type" else rng.choice(paths)
+                raw = _raw_for(kind, rng, toml)
+                blob = dump(_with(valid, path, _HOLE)).replace(json.dumps(_HOLE), raw).encode("utf-8",
+                                                                                             "surrogatepass")
+            yield kind, blob
+
+
+def _check_hostile(what: str, kind: str, code: int, err: str) -> None:
+    HOSTILE_SEEN[what, kind] += 1
+    _assert_one_line_exit_2(code, err, allow_ok=True)
+
+
+def _toml_dump(table: dict) -> str:
+    return _dump(table)
+
+
+def test_hostile_config_files(folder_db, log, tmp_path):
+    import random
+
+    valid = {"tune": {k: v for k, v in _FIELDS.items() if v is not None and k not in ("rpc", "rpc_key")}}
+    path = tmp_path / "hostile.toml"
+    for kind, blob in hostile_variants(valid, _toml_dump, random.Random(62), toml=True):
+        path.write_bytes(blob)
+        argv = ["--log", log, "tune", "--op", "matmul", "--shape", "8,8,8", "--config", str(path), "--db", folder_db]
+        _check_hostile("config", kind, *_cli(argv))
+
+
+@pytest.fixture(scope="module")
+def valid_export(tmp_path_factory) -> list[dict]:
+    from autosched.db import open_database
+    from autosched.db.base import TaskRow
+    from autosched.db.transfer import export_jsonl
+    from autosched.records import Status, TuningRecord
+
+    tmp = tmp_path_factory.mktemp("export")
+    with open_database(str(tmp / "src.db")) as db:
+        db.commit_task(TaskRow("k1", "matmul_8x8x8", '{"kind": "llvm"}', 1, "{}", 1024.0, {"op": "matmul"}))
+        db.commit([TuningRecord("k1", '{"kind": "llvm"}', {"a": 1}, [[1, 2], 0.5], [["inst"], []], Status.OK,
+                                [0.5] * 3, None, "0.1.0", "0.27", 1)])
+        export_jsonl(db, tmp / "x.jsonl")
+    return [json.loads(line) for line in (tmp / "x.jsonl").read_text().splitlines()]
+
+
+def _import_variants(valid_export, log, tmp_path, what: str, levels: tuple[int, int]) -> None:
+    import random
+
+    def dump(lines):
+        return "\n".join(json.dumps(line) for line in lines) + "\n"
+
+    path = tmp_path / "hostile.jsonl"
+    for n, (kind, blob) in enumerate(hostile_variants(valid_export, dump, random.Random(62), levels=levels)):
+        path.write_bytes(blob)
+        db = tmp_path / f"into{n}.db"
+        code, err = _cli(["--log", log, "import", str(path), "--db", str(db)])
+        _check_hostile(what, kind, code, err)
+        assert code == 0 or not db.exists()  # refused: the database is not even created
+
+
+def test_hostile_json_lines_exports(valid_export, log, tmp_path):
+    """The file and its lines: truncated, random bytes, NUL bytes, and whole lines replaced (deep, huge, empty,
+    unicode, of another type)."""
+    _import_variants(valid_export, log, tmp_path, "JSON-lines export", (1, 1))
+
+
+def test_hostile_fields_of_json_lines_exports(valid_export, log, tmp_path):
+    """A wrong type at every field of a task line and a record line: each import refused in one line, nothing
+    written (``TuningRecord.from_json`` and ``transfer._checked_task`` check them)."""
+    _import_variants(valid_export, log, tmp_path, "JSON-lines export fields", (2, 99))
+
+
+def test_a_json_lines_line_longer_than_the_cap_is_one_line(valid_export, log, tmp_path, monkeypatch):
+    import autosched.db.transfer as transfer
+
+    monkeypatch.setattr(transfer, "LINE_MAX_CHARS", 1000)  # the real cap is 64 MiB: the same check, smaller
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps(valid_export[0]) + "\n" + json.dumps({"pad": "x" * 5000}) + "\n")
+    code, err = _cli(["--log", log, "import", str(path), "--db", str(tmp_path / "never.db")])
+    _assert_one_line_exit_2(code, err)
+    assert "has a line longer than 1000 bytes" in err and not (tmp_path / "never.db").exists()
+
+
+def test_hostile_target_json(folder_db, log):
+    import random
+
+    valid = {"kind": "llvm", "mcpu": "x86-64", "num-cores": 1, "mattr": ["+avx2"]}
+    for kind, blob in hostile_variants(valid, json.dumps, random.Random(62), argv=True):
+        target = blob.decode("utf-8", "surrogatepass").lstrip() or "{"
+        target = target if target.startswith("{") else "{" + target  # a JSON dict, as --target reads one
+        argv = ["--log", log, "tune", "--op", "matmul", "--shape", "8,8,8", "--cost-model", "none",
+                f"--target={target}", "--db", folder_db]
+        _check_hostile("--target JSON", kind, *_cli(argv))
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory) -> Path:
+    """A real artifact of a tiny MLP (``autosched compile -o``), built once."""
+    pytest.importorskip("onnx")
+    import onnx
+    from onnx_graphs import mlp
+    from tuned_records import record_one_schedule_per_task
+
+    from autosched.db import open_database
+    from autosched.graph.frontends import load_model
+    from autosched.tasks import make_target
+
+    tmp = tmp_path_factory.mktemp("fuzz_artifact")
+    model, db = tmp / "mlp.onnx", tmp / "mlp.db"
+    onnx.save(mlp(), str(model))
+    with open_database(str(db)) as database:
+        record_one_schedule_per_task(load_model(str(model), {"x": (2, 16)}), make_target("llvm", 1), database)
+    out = tmp / "mlp.autosched"
+    assert main(["--log", str(tmp / "log"), "compile", str(model), "--input", "x:2x16", "--threads", "1", "--db",
+                 str(db), "-o", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("member", ["manifest.json", "model.so.json", "the zip file"])
+def test_hostile_artifacts(artifact, member, log, tmp_path):
+    import random
+    import zipfile
+
+    with zipfile.ZipFile(artifact) as zf:
+        files = {n: zf.read(n) for n in zf.namelist()}
+    path = tmp_path / "hostile.autosched"
+    if member == "the zip file":  # the container itself: truncated, random bytes, a byte flipped
+        rng, whole = random.Random(62), artifact.read_bytes()
+        for kind in ("truncated", "random bytes", "byte flipped"):
+            for _ in range(PER_KIND):
+                at = rng.randrange(len(whole))
+                blob = {"truncated": whole[:at], "random bytes": rng.randbytes(rng.randrange(1, 300)),
+                        "byte flipped": whole[:at] + bytes([whole[at] ^ rng.randrange(1, 256)]) + whole[at + 1:]}[kind]
+                path.write_bytes(blob)
+                _check_hostile(f"artifact ({member})", kind, *_cli(["--log", log, "run", str(path), "--threads", "1",
+                                                                   "--repeat", "1"]))
+        return
+    valid = json.loads(files[member])
+    for kind, blob in hostile_variants(valid, json.dumps, random.Random(62)):
+        with zipfile.ZipFile(path, "w") as zf:
+            for name, data in files.items():
+                zf.writestr(name, blob if name == member else data)
+        _check_hostile(f"artifact ({member})", kind, *_cli(["--log", log, "run", str(path), "--threads", "1",
+                                                           "--repeat", "1"]))
+
+
+def test_zz_hostile_file_counts(capsys):
+    """How many variants of each kind each hostile-file test tried (run this file with -s to see them)."""
+    by_file: dict[str, dict[str, int]] = {}
+    for (what, kind), n in sorted(HOSTILE_SEEN.items()):
+        by_file.setdefault(what, {})[kind] = n
+    with capsys.disabled():
+        for what, kinds in by_file.items():
+            print(f"\nhostile {what}: " + ", ".join(f"{n} {kind}" for kind, n in kinds.items()))
+    if by_file:  # the tests above ran (not deselected): each kind had its full count
+        assert all(n == PER_KIND for (what, kind), n in HOSTILE_SEEN.items() if kind != "wrong type")
+        assert SEEN["tracebacks"] == 0
 
 
 def test_zz_report_the_figures(capsys):

@@ -417,7 +417,7 @@ def _run_artifact(args: argparse.Namespace) -> int:
     """``run model.autosched``: load it (refused on a host or TVM it was not built for), time the call from Python
     and the kernels alone on random inputs, and say where it came from."""
     from autosched._tvm import set_num_threads
-    from autosched.deploy.artifact import load_artifact, read_manifest
+    from autosched.deploy.artifact import BUILD_HINT, LIBRARY, load_artifact, read_manifest
 
     _check_counts(args)
     given = [flag for flag, on in (("--db", args.db), ("--shape-buckets", args.shape_buckets),
@@ -431,7 +431,13 @@ def _run_artifact(args: argparse.Namespace) -> int:
     set_num_threads(args.threads)
     rng = np.random.default_rng(args.seed)
     inputs = [spec.random(rng) for spec in compiled.inputs]
-    outputs = compiled(*inputs)
+    try:
+        outputs = compiled(*inputs)
+    except (ValueError, TypeError, RuntimeError, AttributeError, KeyError) as e:  # metadata and library disagree:
+        # TVM's shape and dtype checks, an entry function the library lacks
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise UserInputError(f"{args.model}: its library does not run as its metadata ({LIBRARY}.json) says "
+                             f"({first}): the artifact is damaged: {BUILD_HINT}") from e
     medians = _median_latencies({"call": lambda: compiled(*inputs)}, args.repeat)
     medians["kernels"] = float(np.median(compiled.time(inputs, args.threads, repeat=args.repeat, min_repeat_ms=100)))
     built, target = manifest["versions"], manifest["target"]

@@ -9,10 +9,12 @@ import json
 import math
 import os
 import tempfile
+import zlib
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from autosched.bounded import MiB, read_lines
 from autosched.db.base import SCHEMA_VERSION, Database, TaskRow
 from autosched.errors import UserInputError
 from autosched.records import TuningRecord, schedule_key, short_repr
@@ -91,13 +93,13 @@ def read_jsonl(path: Path) -> tuple[list[TaskRow], list[TuningRecord], list[dict
     trailer that does not match: UserInputError naming the line)."""
     try:
         with _open(path, "r") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as err:
+            lines = _bounded_lines(f, path)
+    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error) as err:
         raise UserInputError(f"cannot read {path} (truncated or damaged?): {err}") from err
     not_export = f"{path} is not an autosched export (autosched export -o FILE makes one)"
     try:
         header = json.loads(lines[0]) if lines else None
-    except ValueError:
+    except (ValueError, RecursionError):
         header = None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise UserInputError(f"{not_export}: line 1 is not its header")
@@ -123,7 +125,7 @@ def read_jsonl(path: Path) -> tuple[list[TaskRow], list[TuningRecord], list[dict
                 records.append(TuningRecord.from_json(item["record"]))
             else:
                 raise ValueError(f"unknown line kind {next(iter(item))!r}")
-        except (ValueError, UserInputError) as err:
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError, UserInputError) as err:
             raise UserInputError(f"{path} line {number}: {err}; fix or remove that line, then import again") from err
     known = {t.task_key for t in tasks}
     orphans = {r.task_key for r in records} - known
@@ -132,12 +134,20 @@ def read_jsonl(path: Path) -> tuple[list[TaskRow], list[TuningRecord], list[dict
     return tasks, records, selections
 
 
+LINE_MAX_CHARS = 64 * MiB  # one task or record; the largest autosched writes are a few KiB
+
+
+def _bounded_lines(f, path: Path) -> list[str]:
+    """The lines of the open export ``f``, read one at a time, each refused past ``LINE_MAX_CHARS``."""
+    return list(read_lines(f, LINE_MAX_CHARS, str(path), f"autosched export -o {path.name} writes one"))
+
+
 def _checked_trailer(path: Path, lines: list[str], version: int) -> list[str]:
     """The lines before the trailer, checked against it. A v2 export must end in one (else it was cut short); a v1
     export (older autosched) has none."""
     try:
         last = json.loads(lines[-1]) if len(lines) > 1 else None
-    except ValueError:
+    except (ValueError, RecursionError):
         last = None
     trailer = last.get("trailer") if isinstance(last, dict) and len(last) == 1 else None
     if trailer is None:
@@ -175,7 +185,7 @@ def _checked_task(item: Any) -> TaskRow:
     for name in ("target", "workload_json"):
         try:
             json.loads(item[name])
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ValueError(f"task field {name!r} is not JSON text") from None
     if not item["task_key"]:
         raise ValueError("task field 'task_key' is empty")

@@ -75,3 +75,18 @@ def test_run_of_a_model_still_needs_a_database_and_an_artifact_takes_none(compil
     assert "needs --db DB" in capsys.readouterr().err
     assert main(["run", str(compiled_artifact["path"]), "--db", str(compiled_artifact["db"])]) == 2
     assert "--db: not for an artifact" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda m: m.update(versions=[]), "'versions' is list, not dict"),
+    (lambda m: m.update(library="../outside.so"), "not a file name inside the artifact"),
+    (lambda m: m.update(target={"json": "[" * 5000 + "]" * 5000}), "nests deeper than"),
+])
+def test_running_a_hostile_artifact_is_one_line_exit_2_and_writes_nothing(compiled_artifact, tmp_path, capsys,
+                                                                          change, message):
+    path = doctored(compiled_artifact["path"], tmp_path, change)
+    before = sorted(tmp_path.rglob("*"))
+    assert main(["--log", str(compiled_artifact["tmp"] / "log"), "run", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("autosched: error:") and message in err, err
+    assert sorted(tmp_path.rglob("*")) == before

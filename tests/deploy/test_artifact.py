@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -193,6 +194,140 @@ def test_a_damaged_library_is_one_line(built, tmp_path):
     (folder / "model.so").write_bytes(b"not a library")
     with pytest.raises(UserInputError):
         load_artifact(folder)
+
+
+# --- hostile or broken artifacts (issue 62): one line, nothing loaded from outside, bounded reads ------------------
+def _folder_copy(built, tmp_path, change=None) -> Path:
+    folder = tmp_path / "copy"
+    shutil.copytree(built["folder"], folder)
+    if change is not None:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        change(manifest)
+        (folder / MANIFEST).write_text(json.dumps(manifest))
+    return folder
+
+
+def _set(key, value, inner=None):
+    def change(manifest):
+        if inner is None:
+            manifest[key] = value
+        else:
+            manifest[key][inner] = value
+    return change
+
+
+@pytest.mark.parametrize("change,message", [
+    (_set("versions", []), "'versions' is list, not dict"),
+    (_set("versions", None), "'versions' is null or missing, not dict"),
+    (_set("target", "llvm"), "'target' is str, not dict"),
+    (_set("target", 5, "json"), "target.json is int, not str"),
+    (_set("target", [1], "features"), "target.features holds a non-string"),
+    (_set("provenance", []), "'provenance' is list"),
+    (_set("versions", 7, "tvm"), "versions.tvm is int"),
+    (lambda m: m.pop("target"), "has no 'target'"),
+    (_set("schema_version", [1] * 1000), "schema version [1, 1, 1"),
+    (_set("deep", json.loads("[" * 900 + "]" * 900)), "nests deeper than 64 levels"),
+])
+def test_a_manifest_with_a_field_of_the_wrong_type_is_one_line(built, tmp_path, change, message):
+    with pytest.raises(UserInputError) as err:
+        load_artifact(doctored(built["zip"], tmp_path, change))
+    text = _one_line(err)
+    assert message in text and "autosched compile" in text and len(text) < 400
+
+
+def test_a_manifest_nested_past_the_json_parser_is_one_line(tmp_path):
+    path = tmp_path / "deep.autosched"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(MANIFEST, "[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UserInputError) as err:
+        load_artifact(path)
+    assert "nests deeper than" in _one_line(err)
+
+
+def test_a_zip_bomb_manifest_is_refused_from_its_declared_size_before_it_is_read(tmp_path):
+    import tracemalloc
+
+    path = tmp_path / "bomb.autosched"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        with zf.open(MANIFEST, "w") as f:  # 64 MiB of spaces, about 64 KiB compressed
+            for _ in range(64):
+                f.write(b" " * (1 << 20))
+    tracemalloc.start()
+    try:
+        with pytest.raises(UserInputError) as err:
+            read_manifest(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "manifest.json is larger than 1 MiB" in _one_line(err)
+    assert peak < 4 << 20  # read whole, it took 64 MiB and more
+
+
+@pytest.mark.parametrize("library", ["../outside.so", "/tmp/outside.so", "sub/model.so", "..", "", "a\\b.so", 5])
+def test_a_library_named_outside_the_artifact_is_refused(built, tmp_path, library):
+    # a library beside the folder artifact: loaded from ../outside.so, it would run code the artifact does not hold
+    shutil.copy(built["folder"] / "model.so", tmp_path / "outside.so")
+    shutil.copy(built["folder"] / "model.so.json", tmp_path / "outside.so.json")
+    for path in (_folder_copy(built, tmp_path, _set("library", library)),
+                 doctored(built["zip"], tmp_path, _set("library", library))):
+        with pytest.raises(UserInputError) as err:
+            load_artifact(path)
+        text = _one_line(err)
+        assert ("not a file name inside the artifact" in text or "'library' is int" in text), text
+
+
+def test_a_symlink_out_of_a_folder_artifact_is_refused(built, tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    folder = _folder_copy(built, tmp_path)
+    for name in ("model.so", "model.so.json"):
+        shutil.move(folder / name, outside / name)
+        (folder / name).symlink_to(outside / name)
+    with pytest.raises(UserInputError) as err:
+        load_artifact(folder)
+    assert "is a link to a file outside the artifact" in _one_line(err)
+    (folder / MANIFEST).rename(outside / MANIFEST)
+    (folder / MANIFEST).symlink_to(outside / MANIFEST)
+    with pytest.raises(UserInputError, match="manifest.json is a link to a file outside"):
+        read_manifest(folder)
+
+
+@pytest.mark.parametrize("member", ["../evil.so", "/abs/evil.so", "a/../../evil", "c:evil", "x\\..\\evil"])
+def test_zip_members_with_names_outside_the_artifact_are_refused(built, tmp_path, member):
+    path = tmp_path / "members.autosched"
+    shutil.copy(built["zip"], path)
+    with zipfile.ZipFile(path, "a") as zf:
+        zf.writestr(member, b"x")
+    with pytest.raises(UserInputError) as err:
+        load_artifact(path)
+    assert "outside the artifact's folder" in _one_line(err)
+    assert not (tmp_path.parent / "evil.so").exists()
+
+
+def test_a_library_larger_than_its_cap_is_refused_before_it_is_extracted(built, tmp_path, monkeypatch):
+    import autosched.deploy.artifact as artifact
+
+    monkeypatch.setattr(artifact, "LIBRARY_MAX_BYTES", 1000)  # the real cap is 2 GiB: the same check, smaller
+    with pytest.raises(UserInputError) as err:
+        load_artifact(built["zip"])
+    assert "its model.so is larger than" in _one_line(err)
+
+
+@pytest.mark.parametrize("meta,message", [
+    ({"buckets": {}}, "not one build's metadata"),
+    ([], "not one build's metadata"),
+    ({"target": "{}", "inputs": [["x", [2, 2**40], "float32"]]}, "not [name, shape, dtype]"),
+    ({"target": "{}", "inputs": [["x", [2], "float99"]]}, "not [name, shape, dtype]"),
+    ({"target": "{}", "inputs": 5}, "not [name, shape, dtype]"),
+    ({"target": "{}", "inputs": [], "sources": []}, "'sources' is not a table"),
+    ({"target": "{}", "inputs": [], "sources": {"g": [1]}}, "'sources' is not a table"),
+])
+def test_malformed_library_metadata_is_one_line(built, tmp_path, meta, message):
+    folder = _folder_copy(built, tmp_path)
+    (folder / "model.so.json").write_text(json.dumps(meta))
+    with pytest.raises(UserInputError) as err:
+        load_artifact(folder)
+    assert message in _one_line(err)
 
 
 def test_a_failed_zip_write_keeps_the_old_artifact_and_leaves_no_partial_file(built, tmp_path, monkeypatch):
