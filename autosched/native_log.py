@@ -12,6 +12,7 @@ import io
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -59,20 +60,63 @@ def _terminal_fd() -> int | None:
         return None
 
 
+@dataclass
+class _Redirection:
+    """What the first open ``native_output_to`` changed, for the last one to close to put back."""
+    state: NativeLog
+    log_file: Any
+    handler: logging.Handler
+    saved_fd: int
+    old_stderr: Any
+
+    def undo(self) -> None:
+        os.dup2(self.saved_fd, 2)
+        os.close(self.saved_fd)
+        if sys.stderr is not self.old_stderr:
+            sys.stderr.flush()
+            sys.stderr.close()
+            sys.stderr = self.old_stderr
+        logging.captureWarnings(False)
+        logging.getLogger().removeHandler(self.handler)
+        self.handler.close()
+        self.log_file.close()
+        self.state.count_warnings()
+
+
+_lock = threading.Lock()  # guards _depth and _active: threads open and close contexts at once (two first calls
+_active: _Redirection | None = None  # of a torch-compiled model, two quiet API calls)
+
+
 @contextmanager
 def native_output_to(path: Path) -> Iterator[NativeLog]:
-    """Send fd 2 (C++ logs, also of child processes), Python warnings and log records to ``path``."""
-    global _depth
-    if _depth:  # already redirected by an outer call (the CLI, or an API function calling another)
-        yield NativeLog(path, 0)
-        return
+    """Send fd 2 (C++ logs, also of child processes), Python warnings and log records to ``path``. Contexts nest
+    and overlap across threads: the first one open redirects, the last one to close restores (an inner one yields
+    a log that counts nothing)."""
+    global _depth, _active
+    with _lock:
+        if _depth:  # already redirected by an outer call (the CLI, an API function calling another, a thread)
+            _depth += 1
+            state = NativeLog(path, 0)
+        else:
+            _active = _redirect(path)
+            state, _depth = _active.state, 1
+    try:
+        yield state
+    finally:
+        with _lock:
+            _depth -= 1
+            if not _depth and _active is not None:
+                _active.undo()
+                _active = None
+
+
+def _redirect(path: Path) -> _Redirection:
     path.parent.mkdir(parents=True, exist_ok=True)
-    log_file = open(path, "ab")  # noqa: SIM115 - closed below, after fd 2 is restored
+    log_file = open(path, "ab")  # noqa: SIM115 - closed by _Redirection.undo, after fd 2 is restored
     state = NativeLog(path, log_file.tell())
     handler = logging.StreamHandler(io.TextIOWrapper(os.fdopen(os.dup(log_file.fileno()), "wb"), line_buffering=True))
     handler.setFormatter(MaskingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))  # no password
-    root = logging.getLogger()
-    root.addHandler(handler)
+    logging.getLogger().addHandler(handler)
     logging.captureWarnings(True)
     sys.stderr.flush()
     saved_fd = os.dup(2)
@@ -80,22 +124,7 @@ def native_output_to(path: Path) -> Iterator[NativeLog]:
     if _terminal_fd() is not None:  # keep the CLI's own messages on the terminal
         sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(saved_fd), "wb"), line_buffering=True, errors="replace")
     os.dup2(log_file.fileno(), 2)
-    _depth += 1
-    try:
-        yield state
-    finally:
-        _depth -= 1
-        os.dup2(saved_fd, 2)
-        os.close(saved_fd)
-        if sys.stderr is not old_stderr:
-            sys.stderr.flush()
-            sys.stderr.close()
-            sys.stderr = old_stderr
-        logging.captureWarnings(False)
-        root.removeHandler(handler)
-        handler.close()
-        log_file.close()
-        state.count_warnings()
+    return _Redirection(state, log_file, handler, saved_fd, old_stderr)
 
 
 def quiet_api(func: F) -> F:

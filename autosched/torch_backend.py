@@ -31,6 +31,7 @@ import math
 import os
 import re
 import sys
+import threading
 import time as _time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -207,16 +208,18 @@ class _Graph:
                 self.weights.append(i)
         self.inputs = [i for i in range(len(example_inputs)) if i not in self.weights]
         self.builds: dict[tuple, _Build] = {}
+        self.lock = threading.Lock()  # two threads' first calls: one build (the other waits for it, then runs it)
         self.eager_reason = ""  # set once the graph cannot be built at all (then every call runs eagerly)
 
     def __call__(self, *args: Any) -> Any:
         if self.eager_reason:
             return self.gm(*args)
         key = self._signature(args)
-        build = self.builds.get(key)
-        if build is None or not build.current(args):
-            build = self._build(args, tune=build is None)
-            self.builds[key] = build
+        with self.lock:
+            build = self.builds.get(key)
+            if build is None or not build.current(args):
+                build = self._build(args, tune=build is None)
+                self.builds[key] = build
         if build.compiled is None:
             return self.gm(*args)
         return build(args)

@@ -73,3 +73,34 @@ def test_the_python_api_keeps_tvm_warnings_off_the_terminal_too(tmp_path, quiet)
         assert line.startswith("autosched: ") and line.endswith(f"lines from TVM and libraries written to {log}")
     else:  # AUTOSCHED_QUIET=0: TVM's output stays where it was
         assert TVM_WARNING in proc.stderr and not log.exists()
+
+
+def test_threads_opening_and_closing_the_redirection_at_once_leave_fd_2_where_it_was(tmp_path):
+    """Eight threads enter and leave ``native_output_to`` at once, twenty times: the first one open redirects, the
+    last one to close restores, so fd 2 ends where it began (unlocked, two threads both saw no redirection,
+    both redirected, and the one that closed last put back the log file it had found: fd 2 stuck there)."""
+    import threading
+    import time
+
+    from autosched.native_log import native_output_to
+
+    def where(fd: int) -> tuple[int, int]:
+        st = os.fstat(fd)
+        return st.st_dev, st.st_ino
+
+    before, log = where(2), tmp_path / "threads.log"
+    for round_ in range(20):
+        barrier = threading.Barrier(8)
+
+        def enter_and_leave(i: int) -> None:
+            barrier.wait()
+            with native_output_to(log):
+                time.sleep(0.001 * ((i + round_) % 4))  # leave in another order than entered
+
+        threads = [threading.Thread(target=enter_and_leave, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert where(2) == before, f"round {round_}: fd 2 left pointing elsewhere (the log file?)"
+    assert log.exists()

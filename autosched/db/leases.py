@@ -11,6 +11,7 @@ without a second claim (one worker id per ``Leases``; threads sharing one share 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -19,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psutil
@@ -31,9 +33,31 @@ log = logging.getLogger("autosched.db.leases")
 POLL_S = 0.5  # how often a worker waiting for a task held by another looks again
 
 
+@functools.cache
+def host_id() -> str:
+    """Where this process's PIDs mean something: the host name, the kernel's boot id and the PID namespace, so that
+    two containers with one host name (``--network host``) or a rebooted machine are other hosts, and a PID judged
+    "gone" here is truly not running (a container with ``--pid host`` shares the namespace, and sees the PIDs).
+    Where /proc lacks them (not Linux), the host name alone."""
+    parts = [socket.gethostname().replace(":", "_")]
+    for read in (lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8],
+                 lambda: str(os.stat("/proc/self/ns/pid").st_ino)):
+        try:
+            parts.append(read())
+        except OSError:
+            pass
+    return "/".join(parts)
+
+
+def same_host(host: str) -> bool:
+    """Whether a claim's or a trial's ``host`` (``host_id`` of its process) is this one; an id written by an older
+    autosched (the host name alone) is judged by the host name, as it was."""
+    return host == host_id() or ("/" not in host and host == socket.gethostname().replace(":", "_"))
+
+
 def new_worker_id() -> str:
-    """host:pid:process start time:random, unique across machines, processes and pid reuse."""
-    return f"{socket.gethostname()}:{os.getpid()}:{psutil.Process().create_time():.3f}:{uuid.uuid4().hex[:6]}"
+    """host id:pid:process start time:random, unique across machines, containers, processes and pid reuse."""
+    return f"{host_id()}:{os.getpid()}:{psutil.Process().create_time():.3f}:{uuid.uuid4().hex[:6]}"
 
 
 def _died_here(worker_id: str) -> bool:
@@ -41,7 +65,7 @@ def _died_here(worker_id: str) -> bool:
     out. A worker of another machine, or an id of another form, is judged by its lease alone."""
     try:
         host, pid, started, _ = worker_id.rsplit(":", 3)
-        if host != socket.gethostname():
+        if not same_host(host):  # another machine or container: judged by its lease
             return False
         return abs(psutil.Process(int(pid)).create_time() - float(started)) > 1e-3  # the pid was reused
     except psutil.NoSuchProcess:

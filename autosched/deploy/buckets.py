@@ -293,14 +293,16 @@ class BucketedModel:
         """Inputs written into the bucket's own staging tensors (no allocation, passed without another copy),
         the padding zeroed, and the outputs sliced back to ``sizes`` (views, no copy)."""
         compiled = self.compiled[label]
-        staging = compiled._caller().staging_views
-        for name, a, buf in zip(self.input_names, arrays, staging, strict=True):
-            axes = self.symbolic.axes.get(name, {})
-            buf[tuple(slice(0, n) for n in a.shape)] = _as_numpy(a)
-            for axis, symbol in axes.items():
-                if sizes[symbol] < buf.shape[axis]:
-                    buf[(slice(None),) * axis + (slice(sizes[symbol], None),)] = 0
-        outputs = compiled(*staging)
+        caller = compiled._caller()
+        with caller.lock:  # the staging tensors are the caller's: one thread at a time writes and runs them
+            staging = caller.staging_views
+            for name, a, buf in zip(self.input_names, arrays, staging, strict=True):
+                axes = self.symbolic.axes.get(name, {})
+                buf[tuple(slice(0, n) for n in a.shape)] = _as_numpy(a)
+                for axis, symbol in axes.items():
+                    if sizes[symbol] < buf.shape[axis]:
+                        buf[(slice(None),) * axis + (slice(sizes[symbol], None),)] = 0
+            outputs = compiled(*staging)
         return [o[tuple(slice(0, sizes[axes[i]]) if i in axes else slice(None) for i in range(o.ndim))]
                 for o, axes in zip(outputs, self.output_axes, strict=True)]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ log = logging.getLogger("autosched.build")
 
 TUNED, DEFAULT, UNSCHEDULED = "tuned", "default", "unscheduled"
 TRANSFERRED = "transferred"  # the best record of the same group at another size, refitted (shape buckets)
+_LAZY_LOCK = threading.Lock()  # a compiled model's VM and caller, made at its first call
 DLIGHT = "dlight"  # a GPU kernel scheduled by TVM's dlight rules (no record, no legal default schedule)
 
 
@@ -304,7 +306,9 @@ class CompiledModel:
 
     def _caller(self) -> Caller:
         if self._caller_cache is None:
-            self._caller_cache = Caller(self._vm()[self.entry], self.inputs, self.device)
+            with _LAZY_LOCK:  # two threads' first calls make one VM and one caller
+                if self._caller_cache is None:
+                    self._caller_cache = Caller(self._vm()[self.entry], self.inputs, self.device)
         return self._caller_cache
 
     def __call__(self, *arrays: Any, out: Sequence[Any] | None = None) -> list[Any]:

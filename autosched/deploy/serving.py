@@ -5,7 +5,9 @@ to run. Per call: an input that is already a C-contiguous, 64-byte-aligned array
 torch or anything with ``__dlpack__``) is passed to the kernels without a copy; any other is copied into its
 staging tensor (no allocation). Outputs come back as zero-copy views of the tensors the VM allocated for
 this call (numpy arrays, or torch tensors when the inputs were torch tensors), or are written into
-caller-given arrays (``out=``). Not thread-safe: one call at a time per compiled model (as TVM's VM).
+caller-given arrays (``out=``). Thread-safe by serialising: TVM's VM and the staging tensors serve one call at a
+time, so calls from several threads to one compiled model take turns (a lock per model; each thread gets its
+own outputs). For calls in parallel, load the model once per thread.
 
 On a GPU (``Caller(..., device=tvm.cuda(0))``, which makes a ``DeviceCaller``: decided once, at construction)
 inputs are copied into staging tensors on the device, except a torch tensor already there (contiguous, aligned,
@@ -15,6 +17,7 @@ tensors: on the device (no copy) for inputs on it, else on the CPU.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,8 +46,13 @@ class Caller:
         self.staging = staging
         self.staging_views = [np.from_dlpack(t) for t in staging]
         self.staging_ptrs = {v.ctypes.data for v in self.staging_views}
+        self.lock = threading.RLock()  # one call at a time: the VM and the staging tensors are shared
 
     def __call__(self, arrays: Sequence[Any], out: Sequence[np.ndarray] | None = None) -> list[Any]:
+        with self.lock:
+            return self._call(arrays, out)
+
+    def _call(self, arrays: Sequence[Any], out: Sequence[np.ndarray] | None) -> list[Any]:
         if len(arrays) != len(self.specs):
             raise _wrong_count(self.specs, len(arrays))
         as_torch = _is_torch(arrays[0]) if arrays else False
@@ -93,8 +101,9 @@ class DeviceCaller(Caller):
         self.staging = [tvm.runtime.empty(s.shape, s.dtype, device) for s in self.specs]
         self.staging_views = [np.empty(s.shape, s.dtype) for s in self.specs]  # host side: conversions, buckets
         self.staging_ptrs = {t.data_ptr() for t in self.staging}
+        self.lock = threading.RLock()
 
-    def __call__(self, arrays: Sequence[Any], out: Sequence[Any] | None = None) -> list[Any]:
+    def _call(self, arrays: Sequence[Any], out: Sequence[Any] | None) -> list[Any]:
         if len(arrays) != len(self.specs):
             raise _wrong_count(self.specs, len(arrays))
         args = [self._argument(i, a) for i, a in enumerate(arrays)]

@@ -12,7 +12,6 @@ import datetime
 import functools
 import os
 import re
-import socket
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +21,7 @@ import psutil
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import Trial, TrialState
 
+from autosched.db.leases import host_id, same_host
 from autosched.errors import UnknownNameError, UserInputError
 from autosched.masking import mask_secrets
 from autosched.records import MeasureResult, Status
@@ -90,7 +90,7 @@ def load_task_study(storage: Any, task_key: str, n_designs: int | None = None) -
 
 @functools.cache
 def _owner(pid: int) -> list:
-    return [socket.gethostname(), pid, psutil.Process(pid).create_time()]
+    return [host_id(), pid, psutil.Process(pid).create_time()]
 
 
 def _owner_is_gone(owner: Any, started: Any) -> bool:
@@ -98,8 +98,8 @@ def _owner_is_gone(owner: Any, started: Any) -> bool:
     if not isinstance(owner, list) or len(owner) != 3:
         return started is None or (datetime.datetime.now() - started).total_seconds() > ORPHAN_AFTER_S
     host, pid, created = owner
-    if host != socket.gethostname():
-        return False  # another machine's tuner: no way to tell from here
+    if not isinstance(host, str) or not same_host(host):
+        return False  # another machine's or container's tuner: no way to tell from here
     try:
         return abs(psutil.Process(pid).create_time() - created) > 1e-3  # pid reused by another process
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError, TypeError):

@@ -209,6 +209,23 @@ def test_the_claim_of_a_killed_worker_of_this_machine_is_taken_over_at_once(tmp_
     db.close()
 
 
+def test_a_claim_of_another_container_with_this_host_name_is_waited_out_not_taken(tmp_path):
+    """Two containers with one host name (``--network host``) on one database: the other's PIDs are not visible
+    here, so its claim is judged by its lease, never taken as a dead worker's (its host id names another PID
+    namespace); a worker id of this very container whose process is gone is taken over at once."""
+    from autosched.db.leases import host_id
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    db = open_database(str(tmp_path / "c.db"))
+    other_container = host_id().rsplit("/", 1)[0] + "/4026999999"
+    assert db.claim("t", f"{other_container}:{dead.pid}:0.000:abcdef", 60)
+    assert not db.leases().try_hold("t")
+    assert db.claim("u", f"{host_id()}:{dead.pid}:0.000:abcdef", 60)
+    assert db.leases().try_hold("u")
+    db.close()
+
+
 @pytest.mark.parametrize("left_behind", [["BEGIN IMMEDIATE"], ["BEGIN", "SELECT * FROM autosched_claims"]],
                          ids=["write-lock", "read-lock"])
 def test_a_release_waits_seconds_not_a_minute_for_a_lock_this_process_left_behind(tmp_path, caplog, left_behind):

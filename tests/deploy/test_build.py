@@ -272,3 +272,34 @@ def test_groups_pair_with_the_same_groups_of_the_model_at_other_sizes():
     assert sorted(paired) == ["matmul1", "matmul21", "softmax1"]  # fused_add3_relu has no counterpart there
     assert [str(paired[n]["main"].attrs["tag"]) for n in ("matmul1", "matmul21", "softmax1")] == [
         "matmul2", "matmul11", "softmax1"]
+
+
+def test_a_compiled_model_called_from_eight_threads_at_once_gives_each_its_own_right_outputs(cpu_target):
+    """The VM and the staging tensors are shared: calls take turns (a lock per model), and each thread's outputs
+    are its own inputs' (unlocked, this test crashed its process: a segfault inside the VM)."""
+    import threading
+
+    model = load_model(mlp(batch=64, d_in=256, hidden=256))
+    compiled = compile_model(model, cpu_target, MemoryDatabase())
+    inputs = [model.random_inputs(seed) for seed in range(8)]
+    want = [compiled(*x)[0].copy() for x in inputs]
+    # non-contiguous inputs: each call copies into the shared staging tensor, the race the lock closes
+    strided = [[np.asfortranarray(a) if a.ndim > 1 else a for a in x] for x in inputs]
+    barrier, wrong, errors = threading.Barrier(8), [], []
+
+    def calls(i: int) -> None:
+        try:
+            barrier.wait()
+            for _ in range(50):
+                got = compiled(*strided[i])[0]
+                if not np.array_equal(got, want[i]):
+                    wrong.append(i)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=calls, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and not wrong, (errors[:1], sorted(set(wrong)))

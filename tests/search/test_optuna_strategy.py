@@ -204,6 +204,26 @@ def test_abandoned_candidates_fail_and_stale_running_trials_are_failed(matmul_sp
     assert s3.study.get_trials()[cands[1].trial_number].state is TrialState.FAIL
 
 
+def test_a_running_trial_of_another_container_with_this_host_name_is_left_alone(matmul_space):
+    """Two containers with one host name (``--network host``) share a study: a PID of the other's is not visible
+    here, and its trial must not be failed for it (its host id differs: another PID namespace)."""
+    from autosched.db.leases import host_id
+
+    storage = optuna.storages.InMemoryStorage()
+    s = OptunaStrategy(matmul_space, "task", storage, "tpe", 0)
+    (cand,) = s.ask(1)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    other_container = host_id().rsplit("/", 1)[0] + "/4026999999"  # same host name and boot, another namespace
+    trial_id = s.study.get_trials()[cand.trial_number]._trial_id
+    storage.set_trial_user_attr(trial_id, OWNER_ATTR, [other_container, dead.pid, 0.0])
+    s2 = OptunaStrategy(matmul_space, "task", storage, "tpe", 0)
+    assert s2.study.get_trials()[cand.trial_number].state is TrialState.RUNNING
+    storage.set_trial_user_attr(trial_id, OWNER_ATTR, [host_id(), dead.pid, 0.0])  # this container's: gone
+    s3 = OptunaStrategy(matmul_space, "task", storage, "tpe", 0)
+    assert s3.study.get_trials()[cand.trial_number].state is TrialState.FAIL
+
+
 def test_a_trial_names_its_tuner_from_the_moment_it_exists(matmul_space, monkeypatch):
     """A tuner killed between Optuna's ask and anything after it still leaves a trial the next run can fail."""
     storage = optuna.storages.InMemoryStorage()
@@ -216,7 +236,9 @@ def test_a_trial_names_its_tuner_from_the_moment_it_exists(matmul_space, monkeyp
     with pytest.raises(KeyboardInterrupt):
         s.ask(1)
     (running,) = s.study.get_trials(states=(TrialState.RUNNING,))
-    assert running.user_attrs[OWNER_ATTR][:2] == [socket.gethostname(), os.getpid()]
+    from autosched.db.leases import host_id
+
+    assert running.user_attrs[OWNER_ATTR][:2] == [host_id(), os.getpid()]
 
 
 def test_a_sibling_shapes_best_is_fitted_into_this_space(matmul_space, cpu_target):
