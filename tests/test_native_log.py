@@ -92,7 +92,7 @@ def test_threads_opening_and_closing_the_redirection_at_once_leave_fd_2_where_it
     for round_ in range(20):
         barrier = threading.Barrier(8)
 
-        def enter_and_leave(i: int) -> None:
+        def enter_and_leave(i: int, barrier: threading.Barrier = barrier, round_: int = round_) -> None:
             barrier.wait()
             with native_output_to(log):
                 time.sleep(0.001 * ((i + round_) % 4))  # leave in another order than entered
