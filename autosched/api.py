@@ -199,12 +199,11 @@ def load_model(source: Any, inputs: dict[str, tuple[int, ...]] | None = None, ex
     from autosched.graph.frontends import load_model as _load
 
     if isinstance(source, str) and source.startswith(("zoo:", "corpus:")):
-        import tempfile
-
         from autosched.corpus import catalog, zoo
+        from autosched.scratch import scratch_dir
 
         kind, _, spec = source.partition(":")
-        with tempfile.TemporaryDirectory(prefix=f"autosched-{kind}-") as tmp:
+        with scratch_dir(kind) as tmp:
             if kind == "zoo":
                 path = zoo.export_onnx(spec, f"{tmp}/{spec}.onnx")
             else:

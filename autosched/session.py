@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Callable
 
 import numpy as np
@@ -21,6 +20,7 @@ from autosched.measure.base import Builder, Runner, TaskIO
 from autosched.measure.local import LocalBuilder, LocalRunner
 from autosched.paths import data_dir
 from autosched.records import BuildResult, Candidate, MeasureResult, Status, schedule_key
+from autosched.scratch import ScratchDir
 from autosched.search.optuna_strategy import OptunaStrategy, seen_from_records
 from autosched.search.screen import ModelScreen
 from autosched.spaces.settings import settings_for
@@ -123,7 +123,7 @@ class TuningSession:
         """``target``: a ``Target`` or its JSON (``Task.target_json``): what the build workers compile for."""
         self.config = config
         built_for = target if isinstance(target, str) else target_json(target)
-        self._tmp = tempfile.TemporaryDirectory(prefix="autosched-")
+        self._tmp = ScratchDir()
         self._reference_libraries: dict[str, str] = {}  # task key -> its unscheduled library, until measured
         self.device = device_kind(target if isinstance(target, Target) else Target(json.loads(target)))
         self.builder = builder or LocalBuilder(built_for, config.n_build_workers or None,

@@ -21,7 +21,8 @@ PACKAGE = "autosched"
 
 # From the bottom up: a group may import groups of its own layer or below (without a cycle), never above.
 LAYERS: list[set[str]] = [
-    {"version", "errors", "paths", "_tvm", "timing", "native_log", "config", "bandwidth", "masking", "bounded"},
+    {"version", "errors", "paths", "_tvm", "timing", "native_log", "config", "bandwidth", "masking", "bounded",
+     "scratch"},
     {"targets", "workloads", "records"},
     {"tasks", "db"},
     {"codegen"},

@@ -514,3 +514,92 @@ def test_records_of_another_target_are_never_applied_to_this_one(tuned_db, tmp_p
     assert db.best(task.task_key, task.target).record_id == mine.record_id
     assert db.best(task.task_key, other).latency_s == 1e-12
     db.close()
+
+
+# --- 5. no orphans: workers and scratch folders of a tuner killed or stopped --------------------------------------
+_HANGING = """
+import os, sys, time
+from autosched.cli import _stop_on_sigterm_as_on_ctrl_c
+from autosched.measure.local import isolated
+from autosched.records import Candidate
+from autosched.scratch import ScratchDir
+from autosched.testing.faults import FaultyBuilder, fault_module
+
+_stop_on_sigterm_as_on_ctrl_c()  # as the command line does
+scratch = ScratchDir("orphan-test")
+open(os.path.join(scratch.name, "io-weights.npz"), "wb").write(b"x" * 1000)
+builder = FaultyBuilder('{"kind": "llvm"}', n_workers=1, timeout_s=3600)
+try:
+    with isolated(3600, 1) as call:
+        import threading
+        threading.Thread(target=builder.build, args=([Candidate("t", {}, [], None, mod_json=fault_module("hang"))],),
+                         daemon=True).start()  # a build that never ends, in the build worker
+        print(scratch.name, builder.work_dir, flush=True)
+        call(time.sleep, 3600)  # a candidate that never ends, in its own worker
+finally:
+    builder.close()
+    scratch.cleanup()
+"""
+
+
+def _session_processes(sid: int) -> list:
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getsid(p.pid) == sid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_tuner_killed_inside_a_hanging_candidate_and_a_long_build_leaves_no_process_or_scratch_file(sig):
+    """The signal goes to the tuner alone (not its group, as a terminal's Ctrl-C would): its workers die with it
+    (the kernel's parent-death signal), and its scratch folders (built libraries, io-*.npz with the model's
+    weights) are removed by its reaper (SIGKILL) or by itself (SIGTERM, handled as Ctrl-C), within 10 s."""
+    proc = _start([sys.executable, "-c", _HANGING])
+    try:
+        folders = proc.stdout.readline().split()
+        assert len(folders) == 2 and all(os.path.isdir(f) for f in folders), proc.stderr.read()
+        deadline = time.monotonic() + 60
+        while len(_session_processes(proc.pid)) < 3 and time.monotonic() < deadline:  # tuner + 2 workers
+            time.sleep(0.2)
+        workers = [p for p in _session_processes(proc.pid) if p.pid != proc.pid]
+        assert len(workers) >= 2, "the build and run workers did not start"
+        time.sleep(1.0)  # both inside their job
+        os.kill(proc.pid, sig)
+        proc.wait(30)
+        end = time.monotonic() + 10
+        while (_session_processes(proc.pid) or any(os.path.exists(f) for f in folders)) and time.monotonic() < end:
+            time.sleep(0.2)
+        left = [p.pid for p in _session_processes(proc.pid)]
+        files_left = [f for f in folders if os.path.exists(f)]
+    finally:
+        _reap_group(proc)
+    assert proc.returncode == -(sig if sig == signal.SIGKILL else signal.SIGINT)  # SIGTERM: as Ctrl-C (uncaught)
+    assert not left, f"processes {left} outlived the tuner by 10 s"
+    assert not files_left, f"scratch {files_left} outlived the tuner by 10 s"
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_command_line_as_ctrl_c_does_and_exits_143(tmp_path):
+    db = tmp_path / "t.db"
+    proc = _start(_tune_argv(db, 50))
+    try:
+        _wait_for_records(proc, db, 1)
+        os.kill(proc.pid, signal.SIGTERM)  # the tuner alone: timeout, systemd, Kubernetes
+        stdout, stderr = proc.communicate(timeout=30)
+        orphans_left = _group_alive_after(proc.pid, 10)
+    finally:
+        _reap_group(proc)
+    assert proc.returncode == 143, stderr + stdout
+    assert stderr.strip().splitlines()[-1] == ("autosched: stopped (SIGTERM); every fully measured candidate is in "
+                                               "the database")
+    assert "Traceback" not in stderr and not orphans_left
+    recs, study = _check_consistent(db)
+    assert 1 <= len(recs) < 50 and all(r.status is Status.OK for r in recs)
+    assert len([t for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING"]) <= 1

@@ -10,10 +10,13 @@ report, export, import, train a cost model); ``output.py`` prints.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from autosched.cli.parser import build_parser
 from autosched.errors import AutoschedError, UserInputError
@@ -26,6 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
 
     err = Console(stderr=True)
+    stopped = _stop_on_sigterm_as_on_ctrl_c()
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
         args = build_parser().parse_args(argv)
@@ -35,8 +39,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.print(f"autosched: error: {_one_line(e)}", style="red", highlight=False, soft_wrap=True, markup=False)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        err.print("autosched: interrupted; every fully measured candidate is in the database")
-        return 130
+        err.print(f"autosched: {'stopped (SIGTERM)' if stopped else 'interrupted'}; every fully measured candidate "
+                  "is in the database")
+        return 128 + (signal.SIGTERM if stopped else signal.SIGINT)
     except AutoschedError as e:
         err.print(f"autosched: error: {_one_line(e)}", style="red", highlight=False, soft_wrap=True, markup=False)
         return 1
@@ -54,6 +59,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.print(f"autosched: internal error: {reason} (traceback in the log file; please report it)",
                   style="red", highlight=False, soft_wrap=True, markup=False)
         return 1
+
+
+def _stop_on_sigterm_as_on_ctrl_c() -> list[int]:
+    """SIGTERM (``timeout``, systemd, Kubernetes stopping a tuner) handled as Ctrl-C: whatever handles SIGINT then
+    (a batch being saved defers it, ``tune.py``) runs, so the in-flight trial is marked, the database left whole and
+    the scratch folders removed. Returns a list that holds the signal once one came (main thread only)."""
+    stopped: list[int] = []
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        stopped.append(signum)
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    with contextlib.suppress(ValueError):  # not the main thread (main() called from a thread): left as it is
+        signal.signal(signal.SIGTERM, on_sigterm)
+    return stopped
 
 
 def _one_line(e: BaseException) -> str:

@@ -44,6 +44,7 @@ from autosched.db import Database, display_name
 from autosched.deploy.build import CompiledModel
 from autosched.errors import IncompatibleArtefactError, UserInputError
 from autosched.masking import mask_argv, mask_secrets
+from autosched.scratch import scratch_dir
 
 FORMAT = "autosched-artifact"
 SCHEMA_VERSION = 1
@@ -81,7 +82,7 @@ def save_artifact(compiled: CompiledModel, path: str | Path, db: str | Database 
         _write_files(compiled, manifest, path)
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="autosched-artifact-") as tmp:
+    with scratch_dir("artifact") as tmp:
         _write_files(compiled, manifest, Path(tmp))
         partial = path.with_name(path.name + ".partial")
         try:

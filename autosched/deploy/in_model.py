@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from autosched.measure import worker
 from autosched.measure.local import isolated
 from autosched.records import Candidate, Status, TuningRecord, schedule_key
 from autosched.scheduler.task_scheduler import INF, TaskState
+from autosched.scratch import scratch_dir
 from autosched.tune import NO_DEADLINE, Deadline
 
 log = logging.getLogger("autosched.deploy.in_model")
@@ -103,7 +103,7 @@ def tune_in_model(session: Any, model: Any, fused: Any, states: list[TaskState],
         return None  # one schedule per task to choose from, and the database's already: nothing to time
     target = states[0].task.target
     timeout_s = 120.0 + 10 * session.config.run_timeout_s
-    with tempfile.TemporaryDirectory(prefix="autosched-in-model-") as tmp, \
+    with scratch_dir("in-model") as tmp, \
             isolated(timeout_s, session.config.threads) as call:  # a crash or hang costs the phase, not the run
         report("in-model: the model as the database had it")
         incumbent = compile_model(model, target, db, fused=fused, chosen=before)

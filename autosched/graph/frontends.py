@@ -203,15 +203,15 @@ def fold_onnx(proto: Any, specs: list[InputSpec], fallbacks: list | None = None)
                 dim.Clear()
                 dim.dim_value = size
     try:
-        import tempfile
-
         import onnx
         import onnxruntime as ort
+
+        from autosched.scratch import scratch_dir
 
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         options.log_severity_level = 3
-        with tempfile.TemporaryDirectory(prefix="autosched-onnx-") as tmp:
+        with scratch_dir("onnx") as tmp:
             options.optimized_model_filepath = f"{tmp}/folded.onnx"
             ort.InferenceSession(fixed.SerializeToString(), options, providers=["CPUExecutionProvider"])
             folded = onnx.load(options.optimized_model_filepath)

@@ -10,7 +10,6 @@ import contextlib
 import logging
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -21,6 +20,7 @@ from autosched.config import resolve_threads
 from autosched.measure import worker
 from autosched.measure.base import Builder, Runner, TaskIO
 from autosched.records import BuildResult, Candidate, MeasureResult, Status
+from autosched.scratch import ScratchDir
 
 log = logging.getLogger("autosched.measure")
 
@@ -104,7 +104,7 @@ class LocalBuilder(Builder):
         self.target_json = target_json
         self._pool = _Pool(resolve_threads(n_workers), timeout_s)
         self._other_pools: dict[float, _Pool] = {}  # by timeout: builds given another limit (started when asked)
-        self._tmp = tempfile.TemporaryDirectory(prefix="autosched-build-") if work_dir is None else None
+        self._tmp = ScratchDir("build") if work_dir is None else None
         self.work_dir = work_dir or self._tmp.name
         self._count = 0
 

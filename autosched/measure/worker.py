@@ -13,8 +13,12 @@ _NPZ_CACHE: dict[str, dict[str, Any]] = {}
 
 
 def init_worker(n_threads: int | None) -> None:
-    """Worker initializer: the inspect fix, then the CPU thread-pool size (before any kernel runs)."""
+    """Worker initializer: killed with its parent from now on, the inspect fix, then the CPU thread-pool size
+    (before any kernel runs)."""
     from autosched._tvm import install_fast_inspect
+    from autosched.scratch import die_with_parent
+
+    die_with_parent()
 
     install_fast_inspect()
     if n_threads:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +26,7 @@ from autosched.db import Database
 from autosched.graph.passes import fusion_groups, group_module, ungroup
 from autosched.measure import worker
 from autosched.records import Status, TuningRecord
+from autosched.scratch import scratch_dir
 from autosched.targets import other_cpus, runs_here, target_json
 from autosched.tasks import task_key
 
@@ -133,28 +133,45 @@ def _take(adopted: Adopted, scheduled: IRModule, sources: dict[str, str], group:
     adopted.taken[group] = cpu
 
 
-def time_here(variants: dict[str, IRModule], target: Target, n_outputs: int = 1) -> dict[str, float | None]:
+FOREIGN_TIMEOUT_S = 60.0  # one variant's build and timing in the isolated worker: a hang costs this much, once
+
+
+def time_here(variants: dict[str, IRModule], target: Target, n_outputs: int = 1,
+              timeout_s: float = FOREIGN_TIMEOUT_S) -> dict[str, float | None]:
     """Median seconds of each variant of one group (``"untuned"`` first: the reference), built for ``target`` and
-    run on this CPU; None for one that fails to build, to run, or to match the untuned build's outputs."""
+    run on this CPU; None for one that fails to build, to run, to finish within ``timeout_s`` or to match the
+    untuned build's outputs. Each is built and timed in an isolated worker process, as a candidate is: a record that
+    crashes or hangs there costs its own timing, never ``compile`` or the process it runs in."""
+    from autosched.measure.local import isolated
+
     out: dict[str, float | None] = {}
-    with tempfile.TemporaryDirectory(prefix="autosched-foreign-") as tmp:
-        io: dict[str, Any] | None = None
+    with scratch_dir("foreign") as tmp, isolated(timeout_s, int(target.attrs.get("num-cores", 1))) as call:
+        io_path = os.path.join(tmp, "io.npz")
         for name, mod in variants.items():
             path = os.path.join(tmp, f"{len(out)}.so")
             try:
-                worker.build(save_json(mod), target_json(target), path)
-                lib = tvm.runtime.load_module(path)
-                if io is None:
-                    io = _reference_io(lib, mod, path, n_outputs)
-                result = worker.measure(lib, cpu_device(), io, n_outputs, worker._timed_spec(path), N_REPEAT,
-                                        MIN_REPEAT_MS, 1e-3, 1e-4)
-            except Exception as err:  # noqa: BLE001 - TVM's build and run errors: this variant does not count
+                out[name] = call(_time_variant, save_json(mod), target_json(target), path, io_path, n_outputs,
+                                 not out)
+            except Exception as err:  # noqa: BLE001 - build and run errors, crashes, timeouts: this variant only
                 log.info("%s does not build or run here: %s", name, str(err).splitlines()[0][:200] if str(err) else err)
                 out[name] = None
-                continue
-            ok = result["status"] == "OK" and result["latencies_s"]
-            out[name] = float(np.median(result["latencies_s"])) if ok else None
     return out
+
+
+def _time_variant(mod_json: str, target_json_text: str, path: str, io_path: str, n_outputs: int,
+                  is_reference: bool) -> float | None:
+    """In the isolated worker: build one variant, make the reference inputs and outputs from it (the first, the
+    untuned build) or check it against them, and time it: its median seconds, None where it is wrong."""
+    worker.build(mod_json, target_json_text, path)
+    lib = tvm.runtime.load_module(path)
+    if is_reference:
+        worker.save_io(io_path, _reference_io(lib, tvm.ir.load_json(mod_json), path, n_outputs))
+    elif not os.path.exists(io_path):
+        return None  # the untuned build failed: nothing to check against
+    result = worker.measure(lib, cpu_device(), worker._load_io(io_path), n_outputs, worker._timed_spec(path),
+                            N_REPEAT, MIN_REPEAT_MS, 1e-3, 1e-4)
+    ok = result["status"] == "OK" and result["latencies_s"]
+    return float(np.median(result["latencies_s"])) if ok else None
 
 
 def _reference_io(lib: Any, mod: IRModule, path: str, n_outputs: int) -> dict[str, Any]:

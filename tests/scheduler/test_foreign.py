@@ -92,6 +92,17 @@ def test_every_variant_is_timed_here_and_a_wrong_one_refused(model, cpu_target):
     assert times["untuned"] > 0 and times["wrong"] is None  # its outputs differ from the untuned build's
 
 
+def test_another_cpus_record_that_crashes_or_hangs_here_costs_its_own_timing_not_compile(cpu_target):
+    """Other CPUs' schedules are timed in an isolated worker, as candidates are: one that segfaults or hangs
+    there is None (after the timeout), the process that compiles goes on, and the next variant is timed."""
+    from autosched.testing.faults import faulty_matmul
+
+    times = time_here({"untuned": faulty_matmul(16), "segfault": faulty_matmul(16, "segfault"),
+                       "hang": faulty_matmul(16, "hang"), "right": faulty_matmul(16)}, cpu_target, timeout_s=10)
+    assert times["segfault"] is None and times["hang"] is None
+    assert times["untuned"] > 0 and times["right"] > 0
+
+
 def test_with_logs_of_several_cpus_the_fastest_here_is_taken(model, cpu_target, monkeypatch):
     db = MemoryDatabase()
     for cpu in ("skylake", "haswell"):
