@@ -518,24 +518,30 @@ def test_records_of_another_target_are_never_applied_to_this_one(tuned_db, tmp_p
 
 # --- 5. no orphans: workers and scratch folders of a tuner killed or stopped --------------------------------------
 _HANGING = """
-import os, sys, time
+import os, sys, threading, time
 from autosched.cli import _stop_on_sigterm_as_on_ctrl_c
-from autosched.measure.local import isolated
+from autosched.measure.local import LocalBuilder, isolated
 from autosched.records import Candidate
 from autosched.scratch import ScratchDir
-from autosched.testing.faults import FaultyBuilder, fault_module
+
+def hang(marker, *args):  # a build or a candidate that never ends, once it has said it began
+    open(marker, "w").close()
+    time.sleep(3600)
+
+class HangingBuilder(LocalBuilder):
+    build_fn = staticmethod(lambda mod_json, target_json, path: hang(mod_json))
 
 _stop_on_sigterm_as_on_ctrl_c()  # as the command line does
 scratch = ScratchDir("orphan-test")
 open(os.path.join(scratch.name, "io-weights.npz"), "wb").write(b"x" * 1000)
-builder = FaultyBuilder('{"kind": "llvm"}', n_workers=1, timeout_s=3600)
+builder = HangingBuilder('{"kind": "llvm"}', n_workers=1, timeout_s=3600)
 try:
     with isolated(3600, 1) as call:
-        import threading
-        threading.Thread(target=builder.build, args=([Candidate("t", {}, [], None, mod_json=fault_module("hang"))],),
-                         daemon=True).start()  # a build that never ends, in the build worker
+        build_marker = os.path.join(sys.argv[1], "building")
+        threading.Thread(target=builder.build, args=([Candidate("t", {}, mod_json=build_marker)],),
+                         daemon=True).start()
         print(scratch.name, builder.work_dir, flush=True)
-        call(time.sleep, 3600)  # a candidate that never ends, in its own worker
+        call(hang, os.path.join(sys.argv[1], "running"))
 finally:
     builder.close()
     scratch.cleanup()
@@ -557,20 +563,19 @@ def _session_processes(sid: int) -> list:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
-def test_a_tuner_killed_inside_a_hanging_candidate_and_a_long_build_leaves_no_process_or_scratch_file(sig):
+def test_a_tuner_killed_inside_a_hanging_candidate_and_a_long_build_leaves_no_process_or_scratch_file(sig, tmp_path):
     """The signal goes to the tuner alone (not its group, as a terminal's Ctrl-C would): its workers die with it
     (the kernel's parent-death signal), and its scratch folders (built libraries, io-*.npz with the model's
     weights) are removed by its reaper (SIGKILL) or by itself (SIGTERM, handled as Ctrl-C), within 10 s."""
-    proc = _start([sys.executable, "-c", _HANGING])
+    proc = _start([sys.executable, "-c", _HANGING, str(tmp_path)])
     try:
         folders = proc.stdout.readline().split()
         assert len(folders) == 2 and all(os.path.isdir(f) for f in folders), proc.stderr.read()
         deadline = time.monotonic() + 60
-        while len(_session_processes(proc.pid)) < 3 and time.monotonic() < deadline:  # tuner + 2 workers
-            time.sleep(0.2)
+        while not all((tmp_path / m).exists() for m in ("building", "running")) and time.monotonic() < deadline:
+            time.sleep(0.2)  # both workers inside their job (idle ones would see their pipe close and exit)
         workers = [p for p in _session_processes(proc.pid) if p.pid != proc.pid]
-        assert len(workers) >= 2, "the build and run workers did not start"
-        time.sleep(1.0)  # both inside their job
+        assert len(workers) == 2, "the build and run workers are not both inside their job"
         os.kill(proc.pid, sig)
         proc.wait(30)
         end = time.monotonic() + 10

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -64,11 +65,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _stop_on_sigterm_as_on_ctrl_c() -> list[int]:
     """SIGTERM (``timeout``, systemd, Kubernetes stopping a tuner) handled as Ctrl-C: whatever handles SIGINT then
     (a batch being saved defers it, ``tune.py``) runs, so the in-flight trial is marked, the database left whole and
-    the scratch folders removed. Returns a list that holds the signal once one came (main thread only)."""
+    the scratch folders removed. A terminal's Ctrl-C reaches the worker processes too (the whole foreground group),
+    SIGTERM only this one: it is passed on to them as SIGINT (not to the scratch reaper, in a session of its own).
+    Returns a list that holds the signal once one came (main thread only)."""
     stopped: list[int] = []
 
     def on_sigterm(signum: int, frame: Any) -> None:
+        import psutil
+
         stopped.append(signum)
+        session = os.getsid(0)
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error, OSError):
+                if os.getsid(child.pid) == session:
+                    child.send_signal(signal.SIGINT)
         handler = signal.getsignal(signal.SIGINT)
         if callable(handler):
             handler(signal.SIGINT, frame)
