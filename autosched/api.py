@@ -18,7 +18,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,6 +28,7 @@ from autosched.config import COST_MODELS, DEFAULT_DATABASE, TuneConfig
 from autosched.db import Database, open_database
 from autosched.errors import UnknownNameError, UserInputError
 from autosched.native_log import quiet_api
+from autosched.parts import NO_PARTS, Parts, parts_of
 from autosched.records import MeasureResult
 from autosched.spaces.settings import settings_for
 from autosched.targets import check_measurable, copy_bandwidth_for  # noqa: F401  (copy_bandwidth_for: for the CLI)
@@ -144,17 +145,20 @@ def plan_operator(op: str, shape: tuple[int, ...] | str, target: str | Target = 
 
 def tune_planned_task(plan: TaskPlan, db: str | Database = DEFAULT_DATABASE,
                       on_progress: Callable[[TuneProgress], None] | None = None, baseline: bool = False,
-                      on_start: Callable[[int], None] | None = None) -> tuple[TuneResult, MeasureResult | None]:
+                      on_start: Callable[[int], None] | None = None,
+                      parts: Parts = NO_PARTS) -> tuple[TuneResult, MeasureResult | None]:
     """Tune the planned task into ``db`` until ``config.n_trials`` measurements (earlier runs included) or the
     time budget ends; ``baseline``: also measure its untuned build first. ``on_start`` gets the number of trials
-    already in the database. Returns (the result, the untuned measurement or None)."""
+    already in the database. ``parts``: the user's sampler, runner, builder, cost model and callbacks
+    (``autosched/parts.py``). Returns (the result, the untuned measurement or None)."""
     from autosched.session import TuningSession
 
-    with tuning_database(db, [plan.task]) as database, TuningSession(plan.config, plan.task.target) as session:
+    with tuning_database(db, [plan.task]) as database, \
+            TuningSession(plan.config, plan.task.target, parts=parts) as session:
         untuned = session.measure_unscheduled(plan.task) if baseline else None
         if on_start is not None:
             on_start(database.n_measured(plan.task.key))
-        result = session.tune(plan.task, database, on_progress, n_trials=plan.config.trial_limit,
+        result = session.tune(plan.task, database, parts.progress(on_progress), n_trials=plan.config.trial_limit,
                               deadline=plan.deadline)
     return result, untuned
 
@@ -162,9 +166,13 @@ def tune_planned_task(plan: TaskPlan, db: str | Database = DEFAULT_DATABASE,
 @quiet_api
 def tune_operator(op: str, shape: tuple[int, ...], target: str | Target = "llvm",
                   db: str | Database = DEFAULT_DATABASE, config: TuneConfig | None = None,
-                  on_progress: Callable[[TuneProgress], None] | None = None) -> TuneResult:
-    """Tune one catalog operator; every measurement lands in ``db`` (re-running resumes)."""
-    return tune_planned_task(plan_operator(op, shape, target, config), db, on_progress)[0]
+                  on_progress: Callable[[TuneProgress], None] | None = None, *, sampler: Any = None,
+                  runner: Any = None, builder: Any = None, cost_model: Any = None,
+                  callbacks: Sequence[Callable] | None = None) -> TuneResult:
+    """Tune one catalog operator; every measurement lands in ``db`` (re-running resumes). ``sampler``,
+    ``runner``, ``builder``, ``cost_model``, ``callbacks``: names or objects (``autosched/parts.py``)."""
+    config, parts = parts_of(config or TuneConfig(), sampler, runner, builder, cost_model, callbacks)
+    return tune_planned_task(plan_operator(op, shape, target, config), db, on_progress, parts=parts)[0]
 
 
 def best_module(db: str | Database, task_key: str) -> IRModule:
@@ -311,13 +319,15 @@ def rewritten_buckets(source: Any, target: Target, shape_buckets: dict[str, Any]
 
 
 def tune_planned_model(plan: ModelPlan, db: str | Database = DEFAULT_DATABASE,
-                       on_progress: Callable | None = None):
+                       on_progress: Callable | None = None, parts: Parts = NO_PARTS):
     """Tune the planned model's tasks into ``db``: ``config.n_trials`` per task on average, shared by the task
-    scheduler, within the time budget from the plan on (``n_trials=0`` then lifts the trial limit)."""
+    scheduler, within the time budget from the plan on (``n_trials=0`` then lifts the trial limit). ``parts``: the
+    user's sampler, runner, builder, cost model and callbacks (``autosched/parts.py``)."""
     from autosched.scheduler.model_tuning import tune_model_tasks
     from autosched.session import TuningSession
 
-    with tuning_database(db, plan.tasks) as database, TuningSession(plan.config, plan.target) as session:
+    on_progress = parts.progress(on_progress)
+    with tuning_database(db, plan.tasks) as database, TuningSession(plan.config, plan.target, parts=parts) as session:
         started, (phase_s, n_variants) = time.time(), _in_model_reserve_s(plan)
         search_deadline = plan.deadline
         if phase_s and plan.deadline.limited:
@@ -390,13 +400,18 @@ def extract_model_tasks(model: Any, target: str | Target = "llvm", n_threads: in
 @quiet_api
 def tune_model(model: Any, target: str | Target = "llvm", db: str | Database = DEFAULT_DATABASE,
                config: TuneConfig | None = None, on_progress: Callable | None = None,
-               shape_buckets: dict[str, tuple[int, ...]] | None = None, precision: str = "fp32"):
+               shape_buckets: dict[str, tuple[int, ...]] | None = None, precision: str = "fp32", *,
+               sampler: Any = None, runner: Any = None, builder: Any = None, cost_model: Any = None,
+               callbacks: Sequence[Callable] | None = None):
     """Tune every fusion group of a model; ``config.n_trials`` per task on average, shared by the scheduler,
     and at most ``config.time_budget_s`` seconds from this call on (when set; ``n_trials=0`` then lifts the
     trial limit). ``shape_buckets``: the sizes of a model's symbolic dimensions to tune for (every bucket's
     tasks in one run); ``precision``: ``bf16``/``fp16`` matmuls and convolutions (compile with the same).
+    ``sampler`` (an Optuna sampler or a name), ``runner``, ``builder``, ``cost_model`` (a CostModel or a name),
+    ``callbacks`` (each given every progress event): the parts of the run as objects (``autosched/parts.py``).
     Returns a ``ModelTuneResult`` (per-task states; ``n_tasks``, ``n_tuned``, ``n_default``)."""
-    return tune_planned_model(plan_model(model, target, config, shape_buckets, precision), db, on_progress)
+    config, parts = parts_of(config or TuneConfig(), sampler, runner, builder, cost_model, callbacks)
+    return tune_planned_model(plan_model(model, target, config, shape_buckets, precision), db, on_progress, parts)
 
 
 def prepare_model(model: Any, target: Target, precision: str = "fp32",

@@ -13,11 +13,13 @@ from autosched._tvm import Target, save_json
 from autosched.apply import schedule_from_record, untuned
 from autosched.config import COST_MODELS, TuneConfig
 from autosched.cost import FeatureExtractor, RandomCostModel, XGBCostModel
+from autosched.cost.base import CostModel
 from autosched.db import Database, TaskRow
 from autosched.errors import ReferenceBuildError, UnknownNameError
 from autosched.measure import worker
 from autosched.measure.base import Builder, Runner, TaskIO
 from autosched.measure.local import LocalBuilder, LocalRunner
+from autosched.parts import NO_PARTS, Parts
 from autosched.paths import data_dir
 from autosched.records import BuildResult, Candidate, MeasureResult, Status, schedule_key
 from autosched.scratch import ScratchDir
@@ -32,8 +34,13 @@ from autosched.tune import NO_DEADLINE, Deadline, TuneProgress, TuneResult, tune
 log = logging.getLogger("autosched.session")
 
 
-def make_screen(cfg: TuneConfig, space: TraceSearchSpace, target_family: str) -> ModelScreen | None:
-    """The cost-model screen the config asks for (None: every proposal is measured)."""
+def make_screen(cfg: TuneConfig, space: TraceSearchSpace, target_family: str,
+                cost_model: CostModel | None = None) -> ModelScreen | None:
+    """The cost-model screen the config asks for (None: every proposal is measured), or the one of the user's
+    ``cost_model`` object (refit online only where it is an ``XGBCostModel``)."""
+    if cost_model is not None:
+        return ModelScreen(FeatureExtractor(space.context), start_model=cost_model, pool_factor=cfg.pool_factor,
+                           explore=cfg.explore, seed=cfg.seed, online=isinstance(cost_model, XGBCostModel))
     if cfg.cost_model == "none":
         return None
     start = None
@@ -119,9 +126,13 @@ class TuningSession:
     """Owns the worker processes and the scratch folder; use as a context manager."""
 
     def __init__(self, config: TuneConfig, target: Target | str, builder: Builder | None = None,
-                 runner: Runner | None = None):
-        """``target``: a ``Target`` or its JSON (``Task.target_json``): what the build workers compile for."""
-        self.config = config
+                 runner: Runner | None = None, parts: Parts = NO_PARTS):
+        """``target``: a ``Target`` or its JSON (``Task.target_json``): what the build workers compile for.
+        ``builder``/``runner`` (or ``parts``'): used instead of the session's own, and not closed by it (they are the
+        caller's); ``parts``' sampler and cost model replace the config's named ones."""
+        self.config, self.parts = config, parts
+        builder, runner = builder or parts.builder, runner or parts.runner
+        self._owned = [name for name, part in (("builder", builder), ("runner", runner)) if part is None]
         built_for = target if isinstance(target, str) else target_json(target)
         self._tmp = ScratchDir()
         self._reference_libraries: dict[str, str] = {}  # task key -> its unscheduled library, until measured
@@ -139,8 +150,8 @@ class TuningSession:
         self.close()
 
     def close(self) -> None:
-        self.builder.close()
-        self.runner.close()
+        for name in self._owned:
+            getattr(self, name).close()
         self._tmp.cleanup()
 
     # --- reference data ------------------------------------------------------------------------------------
@@ -220,10 +231,11 @@ class TuningSession:
         cfg = self.config
         space = TraceSearchSpace(task.mod, task.target, settings_for(task.target), seed=cfg.seed)
         records = db.records(task.key)
-        screen = make_screen(cfg, space, task.target.kind.name)
+        screen = make_screen(cfg, space, task.target.kind.name, self.parts.cost_model)
         if screen is not None:
             warm_screen(screen, task, records)
-        strategy = OptunaStrategy(space, task.key, db.optuna_storage(), cfg.sampler, cfg.seed,
+        sampler = self.parts.sampler_for(task) or cfg.sampler
+        strategy = OptunaStrategy(space, task.key, db.optuna_storage(), sampler, cfg.seed,
                                   seen=seen_from_records(records), screen=screen, about=task.about())
         for params in space.gpu_seeds():  # measured first (those measured already are not proposed again)
             strategy.propose(params)

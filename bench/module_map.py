@@ -30,6 +30,7 @@ LAYERS: list[set[str]] = [
     {"apply", "cost", "measure"},
     {"search", "testing"},
     {"tune"},
+    {"parts"},  # the parts a user may plug in as objects (sampler, runner, builder, cost model, callbacks)
     {"session"},
     {"graph"},
     {"scheduler"},

@@ -40,7 +40,7 @@ def test_tune_model_tunes_with_the_model_config(monkeypatch):
     class Stop(Exception):
         pass
 
-    def session(config, target_json):
+    def session(config, target_json, parts=None):
         seen.append(config)
         raise Stop
 

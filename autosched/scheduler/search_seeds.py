@@ -5,11 +5,11 @@ each round, its siblings' (same knobs) bests."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from autosched.db import Database
 from autosched.errors import InvalidConfig
 from autosched.records import Status
+from autosched.search.base import SearchStrategy
 from autosched.spaces.trace_space import TraceSearchSpace
 from autosched.tasks import Task
 
@@ -36,7 +36,8 @@ def share_sibling_bests(task: Task, strategies: dict, tasks: dict[str, Task], db
     queued (a setting already queued or measured is not queued again)."""
     own = strategies[task.key]
     siblings = nearest_in_flops(task, tasks, (key for key, other in strategies.items()
-                                              if key != task.key and other.space_signature == own.space_signature))
+                                              if key != task.key and own.space_signature is not None
+                                              and other.space_signature == own.space_signature))
     queued = 0
     for key in siblings:
         if queued >= k:
@@ -49,7 +50,7 @@ def share_sibling_bests(task: Task, strategies: dict, tasks: dict[str, Task], db
     return queued
 
 
-def start_from_other_thread_counts(task: Task, strategy, db: Database, k: int = 4) -> int:
+def start_from_other_thread_counts(task: Task, strategy: SearchStrategy, db: Database, k: int = 4) -> int:
     """The same task tuned for this CPU at another thread count (a model tuned at 2 threads, now at 1), else on
     another CPU of this architecture (a shipped log): the ``k`` best schedules of the nearest such target replay
     here (only their parallel split, tiles or vector width were tuned for another), so they are queued as this
@@ -72,10 +73,10 @@ def start_from_other_thread_counts(task: Task, strategy, db: Database, k: int = 
     return 0
 
 
-def start_from_microkernels(task: Task, strategy, k: int) -> int:
+def start_from_microkernels(task: Task, strategy: SearchStrategy, k: int) -> int:
     """On a CPU, queue up to ``k`` micro-kernel-shaped settings of a float32 matmul or convolution
     (``microkernel_params``) as this search's first candidates. Returns how many were queued."""
-    space = getattr(strategy, "space", None)  # none for a search without a trace space (a test's fake)
+    space = strategy.space
     if k <= 0 or not isinstance(space, TraceSearchSpace) or task.target.kind.name != "llvm":
         return 0
     from autosched._tvm import llvm_vector_bits
@@ -84,7 +85,7 @@ def start_from_microkernels(task: Task, strategy, k: int) -> int:
     return sum(strategy.propose(p) for p in microkernel_params(space, llvm_vector_bits(task.target), k))
 
 
-def start_from_relatives(task: Task, strategy, strategies: dict, tasks: dict[str, Task], db: Database,
+def start_from_relatives(task: Task, strategy: SearchStrategy, strategies: dict, tasks: dict[str, Task], db: Database,
                          k: int) -> int:
     """Tasks of the model whose spaces share a design with this one at other sizes (convolutions of other
     channel counts, a matmul of other widths), among those searched so far: the best schedules of the ``k``
@@ -92,8 +93,8 @@ def start_from_relatives(task: Task, strategy, strategies: dict, tasks: dict[str
     first candidates. Returns how many were queued."""
     from autosched.apply import schedule_from_record
 
-    def signatures(strategy: Any) -> frozenset[str]:  # none for a search without a trace space (a test's fake)
-        return getattr(getattr(strategy, "space", None), "design_signatures", frozenset())
+    def signatures(strategy: SearchStrategy) -> frozenset[str]:  # none for a space without designs (a test's fake)
+        return getattr(strategy.space, "design_signatures", frozenset())
 
     mine = signatures(strategy) if k > 0 else frozenset()
     if not mine:
