@@ -108,16 +108,18 @@ class TuneConfig:
         return "flush" if self.flush_cache else "warm"
 
     def for_model(self) -> TuneConfig:
-        """The config for tuning a model's tasks: unless set, the timing condition is "flush" where the kernels run
-        on one thread. Inside a model a kernel finds its weights out of the caches (the other layers' went through them
-        since its last call), and one core streaming them alone is slowed most: BERT at 1 thread, tuned warm, ran
-        its kernels 1.32x slower in the model than their tuned times; tuned flushed, the model ran 0.84x the time
-        (one process, interleaved; ResNet-50 0.97x, GPT-2 1.05x, ViT-B/16 1.05x: 0.97x over the four). At 2
-        threads tuning flushed did not help (BERT 1.03x, ResNet-50 1.01x, GPT-2 1.005x the warm-tuned model's
-        time). One operator tuned alone is timed warm."""
+        """The config for tuning a model's tasks: unless set, the timing condition is "flush" (weights and outputs out
+        of the caches before each run). Inside a model a kernel finds its weights out of the caches (the other layers'
+        went through them since its last call). At 1 thread BERT tuned warm ran its kernels 1.32x slower in the model
+        than their tuned times; tuned flushed, the model ran 0.84x the time (one process, interleaved; 0.97x over four
+        models). At 2 threads flushed tuning is neutral on models whose weights fit the cache (ResNet-50 1.01x and
+        1.03x, BERT 1.03x and 0.96x, GPT-2 1.005x the warm-tuned model's time, two machines) and faster where they do
+        not (segmentation UNet, 55 MB of weights: 0.95x), and choosing a task's schedule by flushed time costs the
+        model less than by warm time (2.5 % against 5.2 %, bench/results/conditions3_t2). One operator tuned alone is
+        timed warm, as a benchmark times it."""
         if self.timing_condition or self.flush_cache is not None:
             return self
-        return dataclasses.replace(self, timing_condition="flush" if self.threads == 1 else "warm")
+        return dataclasses.replace(self, timing_condition="flush")
 
     @cached_property
     def tracker(self) -> tuple[str, int] | None:
