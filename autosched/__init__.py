@@ -15,6 +15,7 @@ from autosched.api import (  # noqa: E402  (imports TVM, with its fixes)
 )
 from autosched.config import TuneConfig  # noqa: E402
 from autosched.db import Database, MemoryDatabase, SQLDatabase, open_database  # noqa: E402
+from autosched.deploy.compare import Comparison, compare, peer_calls  # noqa: E402
 from autosched.errors import AutoschedError, InvalidConfig, UserInputError  # noqa: E402
 from autosched.programs import compile_program, tune  # noqa: E402  (any tensor program; shadows the tune module)
 from autosched.records import Candidate, MeasureResult, Status, TuningRecord  # noqa: E402
@@ -24,9 +25,9 @@ from autosched.tune import TuneProgress, TuneResult, tune_task  # noqa: E402
 from autosched.version import __version__
 
 __all__ = [
-    "AutoschedError", "Candidate", "Database", "InvalidConfig", "MeasureResult", "MemoryDatabase", "SQLDatabase",
-    "Status", "Task", "TuneConfig", "TuneProgress", "TuneResult", "TuningRecord", "UserInputError", "__version__",
-    "backend", "best_module", "compile", "compile_program", "extract_model_tasks", "load", "load_compiled",
-    "load_kernel", "load_model", "make_target", "op_task", "open_database", "primfunc_task", "tune", "tune_model",
-    "tune_operator", "tune_task",
+    "AutoschedError", "Candidate", "Comparison", "Database", "InvalidConfig", "MeasureResult", "MemoryDatabase",
+    "SQLDatabase", "Status", "Task", "TuneConfig", "TuneProgress", "TuneResult", "TuningRecord", "UserInputError",
+    "__version__", "backend", "best_module", "compare", "compile", "compile_program", "extract_model_tasks", "load",
+    "load_compiled", "load_kernel", "load_model", "make_target", "op_task", "open_database", "peer_calls",
+    "primfunc_task", "tune", "tune_model", "tune_operator", "tune_task",
 ]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import sys
 import tempfile
 import time
@@ -184,13 +183,11 @@ def run_example(name: str | Example, build: Build | None = None, input_names: li
 
 def _run(example: Example, args: argparse.Namespace,
          after: Callable[[Any, Any, argparse.Namespace], None] | None) -> dict[str, float]:
-    import torch
 
     from autosched import api
     from autosched.config import TuneConfig
-    from autosched.deploy.reference import max_relative_error, onnxruntime_session
+    from autosched.deploy.compare import ONNXRUNTIME, PYTORCH, as_arrays, compare, peer_calls
     from autosched.targets import check_measurable
-    from autosched.timing import time_interleaved
 
     prepared = prepare(example, args.small)
     model, module, inputs = prepared.model, prepared.module, prepared.inputs
@@ -211,33 +208,23 @@ def _run(example: Example, args: argparse.Namespace,
 
         print(f"{example.name}: {Adopted(compiled.foreign, compiled.skipped).summary()}", flush=True)
     untuned = api.compile_unscheduled(model, api.build_target("llvm", config.threads))
-    with torch.no_grad():
-        want = [o.numpy() for o in _outputs(module(*inputs))]
-    session = onnxruntime_session(prepared.onnx_bytes, config.threads) if prepared.onnx_bytes else None
-    feed = {i.name: x for i, x in zip(session.get_inputs(), arrays, strict=True)} if session else {}
-    if session is not None and example.via == "onnx":  # the file autosched imported is ONNX Runtime's reference
-        want = list(session.run(None, feed))
-    error = max_relative_error(compiled(*arrays), want)
-    reference = "ONNX Runtime" if session is not None and example.via == "onnx" else "PyTorch"
-    if not error <= MAX_ERROR:
+    peers = peer_calls(arrays, config.threads, prepared.onnx_bytes, module, inputs, names=(ONNXRUNTIME, PYTORCH))
+    # the file autosched imported is the reference where it is ONNX (ONNX Runtime runs it), else the PyTorch module
+    reference = ONNXRUNTIME if ONNXRUNTIME in peers.calls and example.via == "onnx" else PYTORCH
+    want = as_arrays(peers.calls[reference]())
+    label = {ONNXRUNTIME: "ONNX Runtime", PYTORCH: "PyTorch"}
+    comparison = compare({"autosched": lambda: compiled(*arrays), **peers.calls}, want, repeat=5,
+                         refuse_above={"autosched": MAX_ERROR})
+    error, reference = comparison.errors["autosched"], label[reference]
+    if "autosched" in comparison.untimed:
         sys.exit(f"{example.name}: autosched's outputs differ from {reference}'s (max rel. error {error:.1e})")
-
-    torch.set_num_threads(config.threads)
-    calls: dict[str, Callable[[], object]] = {"autosched": lambda: compiled(*arrays)}
-    if session is not None:
-        calls["ONNX Runtime"] = lambda: session.run(None, feed)
-    with torch.no_grad():
-        calls["PyTorch"] = lambda: module(*inputs)
-        times = {k: statistics.median(v) for k, v in time_interleaved(calls, repeat=5, min_round_s=0.1).items()}
-    times["TVM untuned"] = statistics.median(time_interleaved({"u": lambda: untuned(*arrays)}, 1, 0.0)["u"])
+    times = {label.get(k, k): v for k, v in comparison.median_s.items()}
+    times["TVM untuned"] = compare({"untuned": lambda: untuned(*arrays)}, want, repeat=1, min_round_s=0.0
+                                   ).median_s["untuned"]
     _print_table(example.name, times, config.threads, error, reference, compiled.counts())
     if after is not None:
         after(compiled, module, args)
     return times
-
-
-def _outputs(out: Any) -> list[Any]:
-    return list(out) if isinstance(out, tuple | list) else [out]
 
 
 def _progress() -> Callable[[Any], None]:

@@ -347,7 +347,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.shape_buckets:
         return _run_buckets_command(args)
     from autosched._tvm import set_num_threads
-    from autosched.deploy.reference import max_relative_error, onnxruntime_session, reference_session, run_onnxruntime
+    from autosched.deploy.compare import compare
+    from autosched.deploy.reference import onnxruntime_session, reference_session, run_onnxruntime
 
     target = _run_target(args)
     model, fused = api.prepare_model(args.model, target, args.precision, _inputs(args), Steps(mode_of(args)), note)
@@ -360,16 +361,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     untuned = api.compile_unscheduled(model, target, fused)
     set_num_threads(args.threads)
     feed = {spec.name: x for spec, x in zip(model.inputs, inputs, strict=True)}
-    medians = _median_latencies({"tuned": lambda: tuned(*inputs), "untuned": lambda: untuned(*inputs),
-                                 "ort": lambda: session.run(None, feed)}, args.repeat)
-    tuned_s, untuned_s, ort_s = (medians[k] for k in ("tuned", "untuned", "ort"))
-    worst = max_relative_error(tuned(*inputs), want)
+    comparison = compare({"tuned": lambda: tuned(*inputs), "untuned": lambda: untuned(*inputs),
+                          "ort": lambda: session.run(None, feed)}, want, repeat=args.repeat)
+    tuned_s, untuned_s, ort_s = (comparison.median_s[k] for k in ("tuned", "untuned", "ort"))
+    worst = comparison.errors["tuned"]
     table = Table(title=f"autosched run: {model.name}, {args.threads} thread(s), latency of the call from Python "
                         "(median of interleaved rounds)")
     for col in ("build", "median latency", "vs untuned", "vs ONNX Runtime", "max rel. error vs ORT"):
         table.add_column(col, justify="left" if col == "build" else "right")
     for label, seconds, error in (("autosched (tuned)", tuned_s, f"{worst:.2e}"),
-                                  ("TVM untuned", untuned_s, f"{max_relative_error(untuned(*inputs), want):.2e}"),
+                                  ("TVM untuned", untuned_s, f"{comparison.errors['untuned']:.2e}"),
                                   ("ONNX Runtime", ort_s, "-")):
         table.add_row(label, fmt_s(seconds), f"{untuned_s / seconds:.1f}x", f"{ort_s / seconds:.2f}x", error)
     out.print(table)
@@ -391,14 +392,6 @@ def _schedule_counts(compiled) -> str:
     always = {"tuned": "tuned", "default": "default schedule", "unscheduled": "unscheduled"}
     shown = [f"{n[k]} {label}" for k, label in always.items()]
     return ", ".join(shown[:1] + [f"{v} {k}" for k, v in n.items() if k not in always and v] + shown[1:])
-
-
-def _median_latencies(calls: dict, repeat: int) -> dict[str, float]:
-    """Each call's median latency in seconds over ``repeat`` interleaved rounds (``timing.time_interleaved``)."""
-    from autosched.timing import time_interleaved
-
-    times = time_interleaved(calls, repeat, min_round_s=0.1)
-    return {k: float(np.median(v)) for k, v in times.items()}
 
 
 def _print_groups_and_profile(args: argparse.Namespace, tuned, inputs: list) -> None:
@@ -438,7 +431,9 @@ def _run_artifact(args: argparse.Namespace) -> int:
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise UserInputError(f"{args.model}: its library does not run as its metadata ({LIBRARY}.json) says "
                              f"({first}): the artifact is damaged: {BUILD_HINT}") from e
-    medians = _median_latencies({"call": lambda: compiled(*inputs)}, args.repeat)
+    from autosched.deploy.compare import compare
+
+    medians = compare({"call": lambda: compiled(*inputs)}, [o.copy() for o in outputs], repeat=args.repeat).median_s
     medians["kernels"] = float(np.median(compiled.time(inputs, args.threads, repeat=args.repeat, min_repeat_ms=100)))
     built, target = manifest["versions"], manifest["target"]
     table = Table(title=f"autosched run: {args.model} ({manifest.get('name') or 'model'}), {args.threads} thread(s), "
@@ -484,9 +479,9 @@ def _run_buckets_command(args: argparse.Namespace) -> int:
     """Each bucket and a size between buckets, timed beside ONNX Runtime (same call kind) and checked."""
     from autosched._tvm import set_num_threads
     from autosched.deploy.buckets import bucket_label, check_inputs
-    from autosched.deploy.reference import max_relative_error, onnxruntime_session
+    from autosched.deploy.compare import compare
+    from autosched.deploy.reference import onnxruntime_session
     from autosched.graph.frontends import InputSpec
-    from autosched.timing import time_interleaved
 
     target = _run_target(args)
     with api.opened(args.db, create=False) as db:
@@ -507,12 +502,11 @@ def _run_buckets_command(args: argparse.Namespace) -> int:
         specs = [InputSpec(s.name, shapes[s.name], s.dtype) for s in model.inputs]
         inputs = check_inputs(specs, args.seed)
         feed = {s.name: x for s, x in zip(specs, inputs, strict=True)}
-        want = session.run(None, feed)
-        error = max_relative_error(bucketed(*inputs), want)
+        comparison = compare({"tuned": lambda x=inputs: bucketed(*x), "ort": lambda f=feed: session.run(None, f)},
+                             "ort", repeat=args.repeat)
+        error = comparison.errors["tuned"]
         worst = max(worst, error)
-        times = time_interleaved({"tuned": lambda x=inputs: bucketed(*x), "ort": lambda f=feed: session.run(None, f)},
-                                 args.repeat, min_round_s=0.1)
-        mine, ort = (float(np.median(times[k])) for k in ("tuned", "ort"))
+        mine, ort = (comparison.median_s[k] for k in ("tuned", "ort"))
         table.add_row(bucket_label(sizes), bucketed.route(sizes), fmt_s(mine), fmt_s(ort), f"{ort / mine:.2f}x",
                       f"{error:.2e}")
     out.print(table)
