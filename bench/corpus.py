@@ -43,7 +43,6 @@ from common import (  # noqa: E402
     load_now,
     machine_info,
     openvino_version,
-    time_interleaved,
     write_json,
 )
 
@@ -225,6 +224,7 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
 
     from autosched.corpus import catalog as corpus
     from autosched.deploy.build import compile_model
+    from autosched.deploy.compare import compare
     from autosched.deploy.reference import max_relative_error
     from autosched.graph.passes import extract_tasks, fusion_groups, rewrite
     from autosched.spaces.settings import settings_for
@@ -252,18 +252,19 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
         feed = {n: t.numpy() for n, t in zip(entry.input_names, inputs, strict=True)}
         session, feed, want = _step(row, "onnxruntime", _onnxruntime, path, feed, args.threads)
         arrays = [feed[s.name] for s in model.inputs] if row["path"] == "onnx" else [t.numpy() for t in inputs]
-        row["max_rel_error_vs_ort"] = error = _step(row, "run", lambda: max_relative_error(compiled(*arrays), want))
+        mine = {"autosched": lambda: compiled(*arrays)}
+        row["max_rel_error_vs_ort"] = error = _step(row, "run", compare, mine, want, timed=False).errors["autosched"]
         if not error <= MAX_ERROR:  # a wrong model is never timed nor counted
             raise Failed("check", f"outputs differ from ONNX Runtime's: max relative error {error:.1e}")
         row["torch_max_rel_error_vs_ort"] = max_relative_error(_step(row, "torch", _eager, module, inputs), want)
         openvino = _peer_openvino(row, path, feed, want, args.threads)
         torch.set_num_threads(args.threads)
-        calls = {"autosched": lambda: compiled(*arrays), "onnxruntime": lambda: session.run(None, feed),
-                 "torch": lambda: module(*inputs)}
+        calls = {**mine, "onnxruntime": lambda: session.run(None, feed), "torch": lambda: module(*inputs)}
         if openvino is not None:
             calls["openvino"] = lambda: openvino(feed)
-        with torch.no_grad():
-            rounds = _step(row, "timing", time_interleaved, calls, args.repeat, args.min_round_s)
+        with torch.no_grad():  # every contender's outputs checked again in the comparison, then timed
+            rounds = _step(row, "timing", compare, calls, want, repeat=args.repeat, min_round_s=args.min_round_s,
+                           refuse_above={"autosched": MAX_ERROR}).rounds_s
         row.update({f"{peer}_s": statistics.median(s) for peer, s in rounds.items()}, load=load_now(), ok=True)
         if row["estimate_s"]:  # the model as the user calls it, over the sum of its kernels as tuned alone
             row["model_vs_estimate"] = row["autosched_s"] / row["estimate_s"]

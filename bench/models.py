@@ -52,7 +52,6 @@ from common import (  # noqa: E402
     machine_info,
     openvino_version,
     time_callable,
-    time_interleaved,
     write_json,
 )
 
@@ -191,6 +190,7 @@ def _time_at(n: int, onnx_bytes: bytes, compiled, untuned, module, compiled_modu
     import torch
 
     from autosched._tvm import set_num_threads
+    from autosched.deploy.compare import compare
     from autosched.deploy.reference import onnxruntime_executor_times, onnxruntime_session
 
     set_num_threads(n)
@@ -210,8 +210,9 @@ def _time_at(n: int, onnx_bytes: bytes, compiled, untuned, module, compiled_modu
     with torch.no_grad():
         if compiled_module is not None:
             compiled_module(*torch_inputs)  # a new thread count may recompile: not in the timed rounds
-        calls = time_interleaved(calls, repeat, min_round_s=0.2)
-    times = {k: statistics.median(v) for k, v in calls.items()}
+        comparison = compare(calls, "onnxruntime", repeat=repeat, min_round_s=0.2, unchecked={"autosched_kernels"})
+    times = dict(comparison.median_s)
+    times.update({f"untimed[{k}]": why for k, why in comparison.untimed.items()})
     times["autosched_kernels"] = statistics.median(kernel_times)  # TVM's timer, in the rounds of the call
     times["autosched_kernels_alone"] = statistics.median(compiled.time(inputs, n, repeat=repeat, min_repeat_ms=200))
     times["onnxruntime_kernels"] = statistics.median(onnxruntime_executor_times(profiled))

@@ -15,7 +15,7 @@ or cannot take the model is left out with the reason (``Peers.missing``).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,11 +72,13 @@ class Comparison:
 
 def compare(contenders: Mapping[str, Call], reference: str | Sequence[np.ndarray], *, repeat: int = 5,
             min_round_s: float = 0.1, refuse_above: Mapping[str, float] | None = None,
-            timed: bool = True) -> Comparison:
+            unchecked: Collection[str] = (), timed: bool = True) -> Comparison:
     """Check, then time. ``reference``: the name of the contender whose outputs are the reference, or the
     reference outputs themselves. ``refuse_above``: contender -> the largest error it may have and still be timed
     (a peer whose outputs differ is reported, not timed); others are timed whatever their error (the caller
-    decides what an error means: ``autosched run`` exits 1 above its tolerance). ``timed=False``: check only."""
+    decides what an error means: ``autosched run`` exits 1 above its tolerance), nan where their outputs cannot be
+    compared. ``unchecked``: contenders timed without a check (a timer of the kernels, an instrumented run).
+    ``timed=False``: check only."""
     if isinstance(reference, str):
         if reference not in contenders:
             raise UserInputError(f"compare: the reference {reference!r} is not a contender: name one of "
@@ -86,11 +88,18 @@ def compare(contenders: Mapping[str, Call], reference: str | Sequence[np.ndarray
         want, label = [np.asarray(w) for w in reference], "the reference outputs"
     errors, untimed, calls = {}, {}, {}
     for name, call in contenders.items():
+        if name in unchecked or name == reference:
+            errors[name], calls[name] = (0.0 if name == reference else float("nan")), call
+            continue
         try:
-            errors[name] = 0.0 if name == reference else max_relative_error(as_arrays(call()), want)
+            got = call()
         except Exception as err:  # a peer's own failure (OpenVINO, PyTorch): reported, never the comparison's
             untimed[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
             continue
+        try:
+            errors[name] = max_relative_error(as_arrays(got), want)
+        except (TypeError, ValueError):  # outputs that are not arrays of numbers
+            errors[name] = float("nan")
         limit = (refuse_above or {}).get(name)
         if limit is not None and not errors[name] <= limit:
             untimed[name] = f"outputs differ from {label}'s: max relative error {errors[name]:.1e} > {limit:g}"
