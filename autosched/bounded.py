@@ -18,6 +18,7 @@ from autosched.errors import UserInputError
 
 MiB = 1 << 20
 MAX_DEPTH = 64  # nesting of any JSON value read from a file (autosched writes at most 5 levels)
+META_MAX_BYTES = 16 * MiB  # a library's metadata (PATH.json, in an artifact or beside a bare .so): a few KiB per group
 
 
 def read_capped(path: str | Path, limit: int, what: str, fix: str) -> bytes:
@@ -55,6 +56,11 @@ def loads_json(text: str | bytes, what: str, fix: str, max_depth: int = MAX_DEPT
         raise UserInputError(f"{what} is not JSON (damaged?): {fix}") from err
     check_depth(value, what, fix, max_depth)
     return value
+
+
+def read_json(path: str | Path, limit: int, what: str, fix: str, max_depth: int = MAX_DEPTH) -> Any:
+    """The JSON value in file ``path``, read at most ``limit`` bytes of it (``read_capped`` then ``loads_json``)."""
+    return loads_json(read_capped(path, limit, what, fix), what, fix, max_depth)
 
 
 def check_depth(value: Any, what: str, fix: str, max_depth: int = MAX_DEPTH) -> None:
@@ -115,5 +121,5 @@ def _size(n: int) -> str:
     return f"{n // MiB} MiB" if n >= MiB else f"{n} bytes"
 
 
-__all__ = ["MAX_DEPTH", "MiB", "check_depth", "copy_capped", "decode", "inside", "loads_json", "plain_name",
-           "read_capped", "read_capped_stream", "read_lines", "safe_member_name"]
+__all__ = ["MAX_DEPTH", "META_MAX_BYTES", "MiB", "check_depth", "copy_capped", "decode", "inside", "loads_json",
+           "plain_name", "read_capped", "read_capped_stream", "read_json", "read_lines", "safe_member_name"]
