@@ -92,12 +92,13 @@ def build_target(target: str | Target, n_threads: int | None = None) -> Target:
 
 
 @contextlib.contextmanager
-def opened(db: str | Database, create: bool = True) -> Iterator[Database]:
-    """The database ``db`` names, closed on exit; a ``Database`` given is the caller's, left open."""
+def opened(db: str | Database, create: bool = True, read_only: bool = False) -> Iterator[Database]:
+    """The database ``db`` names, closed on exit; a ``Database`` given is the caller's, left open. ``read_only``
+    (compile, run, load_kernel: they only read records): an existing database, never written or migrated."""
     if isinstance(db, Database):
         yield db
         return
-    with open_database(db, create=create) as database:
+    with open_database(db, create=create, read_only=read_only) as database:
         yield database
 
 
@@ -177,7 +178,7 @@ def tune_operator(op: str, shape: tuple[int, ...], target: str | Target = "llvm"
 
 def best_module(db: str | Database, task_key: str) -> IRModule:
     """The task's PrimFunc with its best stored schedule applied (ready for ``tvm.compile``)."""
-    with opened(db, create=False) as database:
+    with opened(db, read_only=True) as database:
         row = database.task(task_key)
         if row is None:
             raise UserInputError(f"task {task_key} is not in the database: see `autosched show --db ...`")
@@ -190,7 +191,7 @@ def best_module(db: str | Database, task_key: str) -> IRModule:
 @quiet_api
 def load_kernel(db: str | Database, task_key: str) -> Any:
     """Compile the best schedule of a task for its target; returns a TVM runtime Module (call ``["main"]``)."""
-    with opened(db, create=False) as database:
+    with opened(db, read_only=True) as database:
         row = database.task(task_key)
         mod = best_module(database, task_key)
     return tvm.compile(mod, target=Target(json.loads(row.target))).mod
@@ -452,7 +453,7 @@ def compile(model: Any, target: str | Target = "llvm", db: str | Database | None
         raise UserInputError("--max-padding goes with --shape-buckets (the sizes it fills in between)")
     target = build_target(target, n_threads)
     with contextlib.ExitStack() as stack:
-        database = stack.enter_context(opened(db, create=False)) if db is not None else None
+        database = stack.enter_context(opened(db, read_only=True)) if db is not None else None
         if shape_buckets:
             from autosched.deploy.buckets import compile_buckets
 

@@ -8,6 +8,7 @@ safe: an artifact's library is machine code that runs when loaded (see RELIABILI
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Iterator
@@ -17,7 +18,10 @@ from typing import IO, Any
 from autosched.errors import UserInputError
 
 MiB = 1 << 20
+GiB = 1 << 30
 MAX_DEPTH = 64  # nesting of any JSON value read from a file (autosched writes at most 5 levels)
+EXPORT_MAX_BYTES = 4 * GiB  # an export's text, decompressed: the shipped logs are a few MiB; more is a gzip bomb
+META_MAX_BYTES = 16 * MiB  # a library's metadata (PATH.json, in an artifact or beside a bare .so): a few KiB per group
 
 
 def read_capped(path: str | Path, limit: int, what: str, fix: str) -> bytes:
@@ -57,6 +61,11 @@ def loads_json(text: str | bytes, what: str, fix: str, max_depth: int = MAX_DEPT
     return value
 
 
+def read_json(path: str | Path, limit: int, what: str, fix: str, max_depth: int = MAX_DEPTH) -> Any:
+    """The JSON value in file ``path``, read at most ``limit`` bytes of it (``read_capped`` then ``loads_json``)."""
+    return loads_json(read_capped(path, limit, what, fix), what, fix, max_depth)
+
+
 def check_depth(value: Any, what: str, fix: str, max_depth: int = MAX_DEPTH) -> None:
     """One line where ``value`` (parsed JSON or TOML) nests lists and dicts deeper than ``max_depth``."""
     stack = [(value, 1)]
@@ -75,6 +84,30 @@ def read_lines(f: IO[str], limit: int, what: str, fix: str) -> Iterator[str]:
         if len(line.removesuffix("\n")) > limit:
             raise UserInputError(f"{what} has a line longer than {_size(limit)} (damaged, or not one): {fix}")
         yield line.removesuffix("\n").removesuffix("\r")
+
+
+class CappedReader(io.RawIOBase):
+    """A binary stream (a ``GzipFile``: its decompressed bytes) that refuses, in one line, once more than ``limit``
+    bytes came from it; wrap it in ``io.TextIOWrapper`` to read text."""
+
+    def __init__(self, raw: IO[bytes], limit: int, what: str, fix: str):
+        super().__init__()
+        self._raw, self._limit, self._what, self._fix, self.n_read = raw, limit, what, fix, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = self._raw.readinto(buffer)
+        self.n_read += n
+        if self.n_read > self._limit:
+            raise UserInputError(f"{self._what} holds more than {_size(self._limit)} (decompressed; damaged, or not "
+                                 f"one): {self._fix}")
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 def copy_capped(src: IO[bytes], dst: IO[bytes], limit: int, what: str, fix: str) -> None:
@@ -112,8 +145,11 @@ def inside(folder: Path, path: Path) -> bool:
 
 
 def _size(n: int) -> str:
+    if n >= GiB and n % GiB == 0:
+        return f"{n // GiB} GiB"
     return f"{n // MiB} MiB" if n >= MiB else f"{n} bytes"
 
 
-__all__ = ["MAX_DEPTH", "MiB", "check_depth", "copy_capped", "decode", "inside", "loads_json", "plain_name",
-           "read_capped", "read_capped_stream", "read_lines", "safe_member_name"]
+__all__ = ["EXPORT_MAX_BYTES", "MAX_DEPTH", "META_MAX_BYTES", "CappedReader", "GiB", "MiB", "check_depth",
+           "copy_capped", "decode", "inside", "loads_json", "plain_name", "read_capped", "read_capped_stream",
+           "read_json", "read_lines", "safe_member_name"]

@@ -206,7 +206,7 @@ def shipped_logs() -> list[Path]:
 
 def database_applicability(path: str, name: str | None = None, n_threads: int | None = None) -> Applicability:
     """``applicability`` of the database or export at ``path`` (opened read-only)."""
-    with open_database(path, create=False) as db:
+    with open_database(path, read_only=True) as db:
         return applicability(db, display_name(name or path), n_threads)
 
 

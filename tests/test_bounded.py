@@ -79,3 +79,15 @@ def test_inside_follows_symlinks(tmp_path):
     (folder / "link").symlink_to(outside)
     (folder / "file").write_text("x")
     assert inside(folder, folder / "file") and not inside(folder, folder / "link")
+
+
+def test_capped_reader_passes_up_to_its_limit_and_refuses_past_it():
+    from autosched.bounded import CappedReader
+
+    def read(data: bytes, limit: int) -> str:
+        with io.TextIOWrapper(io.BufferedReader(CappedReader(io.BytesIO(data), limit, "x.jsonl.gz", "fix"))) as f:
+            return f.read()
+
+    assert read(b"a\n" * 50, 100) == "a\n" * 50  # exactly the limit
+    with pytest.raises(UserInputError, match=r"^x.jsonl.gz holds more than 100 bytes \(decompressed; .*\): fix$"):
+        read(b"a\n" * 51, 100)

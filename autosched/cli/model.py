@@ -316,7 +316,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise UserInputError(f"-o {args.output}: a model with --shape-buckets is written as one library per bucket: "
                              "give a path such as model.so (an artifact holds one build)")
     target = api.build_target(args.target, args.threads)  # another CPU's build is fine: it is not run here
-    with api.opened(args.db, create=False) as db:
+    with api.opened(args.db, read_only=True) as db:
         compiled = _compile(args, db, target)
         for built in getattr(compiled, "compiled", {"": compiled}).values():
             _warn_if_no_match(built, db, target)
@@ -353,7 +353,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     target = _run_target(args)
     model, fused = api.prepare_model(args.model, target, args.precision, _inputs(args), Steps(mode_of(args)), note)
     session = onnxruntime_session(model, args.threads)  # refuses non-ONNX models before any build
-    with api.opened(args.db, create=False) as db:
+    with api.opened(args.db, read_only=True) as db:
         inputs = model.random_inputs(args.seed)
         want = run_onnxruntime(reference_session(model, args.threads, session), model, inputs)
         tuned = _compile(args, db, target, model, fused)
@@ -484,7 +484,7 @@ def _run_buckets_command(args: argparse.Namespace) -> int:
     from autosched.graph.frontends import InputSpec
 
     target = _run_target(args)
-    with api.opened(args.db, create=False) as db:
+    with api.opened(args.db, read_only=True) as db:
         bucketed = _compile(args, db, target)
         for compiled in bucketed.compiled.values():
             _warn_if_no_match(compiled, db, target)

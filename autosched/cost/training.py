@@ -53,7 +53,7 @@ def task_dataset(db, row) -> tuple[np.ndarray, np.ndarray] | None:
 def dataset_from_databases(paths: list[str]) -> Dataset:
     Xs, ys, groups, names, families = [], [], [], [], set()
     for path in paths:
-        db = open_database(path, create=False)
+        db = open_database(path, read_only=True)  # only read: never written or migrated
         for row in db.tasks():
             part = task_dataset(db, row)
             if part is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
+import io
 import json
 import math
 import os
@@ -14,7 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from autosched.bounded import MiB, read_lines
+from autosched import bounded
+from autosched.bounded import CappedReader, MiB, read_lines
 from autosched.db.base import SCHEMA_VERSION, Database, TaskRow
 from autosched.errors import UserInputError
 from autosched.records import TuningRecord, schedule_key, short_repr
@@ -23,9 +25,12 @@ FORMAT = "autosched-export"
 EXPORT_VERSION = 2  # v2: a header "export_version" and a trailer line (line count, sha256); v1 (no version): neither
 
 
-def _open(path: Path, mode: str):
-    """Plain or gzip-compressed (``.gz``) text."""
-    return gzip.open(path, mode + "t") if path.suffix == ".gz" else open(path, mode)
+def _open(path: Path) -> io.TextIOWrapper:
+    """Plain or gzip-compressed (``.gz``) text to read, at most ``bounded.EXPORT_MAX_BYTES`` of it (decompressed: a
+    small gzip bomb is refused in one line once that much came out of it)."""
+    raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    capped = CappedReader(raw, bounded.EXPORT_MAX_BYTES, str(path), f"autosched export -o {path.name} writes one")
+    return io.TextIOWrapper(io.BufferedReader(capped), encoding="utf-8")
 
 
 def export_jsonl(db: Database, path: Path) -> tuple[int, int]:
@@ -92,7 +97,7 @@ def read_jsonl(path: Path) -> tuple[list[TaskRow], list[TuningRecord], list[dict
     """An export's tasks, records and selections, the whole file checked first (a bad line, a truncated file, a
     trailer that does not match: UserInputError naming the line)."""
     try:
-        with _open(path, "r") as f:
+        with _open(path) as f:
             lines = _bounded_lines(f, path)
     except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error) as err:
         raise UserInputError(f"cannot read {path} (truncated or damaged?): {err}") from err

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from autosched.bounded import (
+    META_MAX_BYTES,
     MiB,
     copy_capped,
     inside,
@@ -38,6 +39,7 @@ from autosched.bounded import (
     plain_name,
     read_capped,
     read_capped_stream,
+    read_json,
     safe_member_name,
 )
 from autosched.db import Database, display_name
@@ -167,7 +169,6 @@ def provenance(compiled: CompiledModel, db: str | Database | None, command: list
 # An artifact is read as untrusted data up to its library, which is code (see RELIABILITY.md, "Hostile or broken
 # files"): each file has a size cap, checked before it is read or extracted, and every name it gives stays inside it.
 MANIFEST_MAX_BYTES = MiB  # a manifest is a few KiB
-META_MAX_BYTES = 16 * MiB  # the library's metadata (model.so.json): a few KiB per fusion group
 LIBRARY_MAX_BYTES = 2 << 30  # one library; the largest models' weights are in it
 MAX_DIM = 2**31 - 1  # an input or output dimension
 
@@ -352,8 +353,8 @@ def _load_library(path: Path, library: Path) -> CompiledModel:
     if not meta_path.is_file() or not library.is_file():
         raise UserInputError(f"{path}: its library ({library.name}, with {meta_path.name}) is missing: {BUILD_HINT}")
     what = f"{path}: its {meta_path.name}"
-    meta = loads_json(read_capped(meta_path, META_MAX_BYTES, what, BUILD_HINT), what, BUILD_HINT)
-    _check_library_meta(meta, what)
+    meta = read_json(meta_path, META_MAX_BYTES, what, BUILD_HINT)
+    check_library_meta(meta, what)
     try:
         return load_library(library, meta)
     except (OSError, RuntimeError, ValueError, KeyError, TypeError) as err:  # TVM's errors: RuntimeError
@@ -361,13 +362,13 @@ def _load_library(path: Path, library: Path) -> CompiledModel:
         raise UserInputError(f"{path}: its library does not load ({first}): {BUILD_HINT}") from err
 
 
-def _check_library_meta(meta: Any, what: str) -> None:
+def check_library_meta(meta: Any, what: str, fix: str = BUILD_HINT) -> None:
     """One line unless ``meta`` is a single build's metadata: a target string and inputs (outputs) of a name, a
     shape of dimensions in [0, MAX_DIM] and a dtype numpy knows, and tables where tables go."""
     import numpy as np
 
     if not isinstance(meta, dict) or "buckets" in meta or not isinstance(meta.get("target"), str):
-        raise UserInputError(f"{what} is not one build's metadata (damaged?): {BUILD_HINT}")
+        raise UserInputError(f"{what} is not one build's metadata (damaged?): {fix}")
     for key in ("inputs", "outputs"):
         specs = meta.get(key, [])
         for spec in specs if isinstance(specs, list) else [None]:
@@ -380,13 +381,13 @@ def _check_library_meta(meta: Any, what: str) -> None:
                 ok = False
             if not ok:
                 raise UserInputError(f"{what}: an entry of its {key} is not [name, shape, dtype] with dimensions in "
-                                     f"[0, {MAX_DIM}] (damaged?): {BUILD_HINT}")
+                                     f"[0, {MAX_DIM}] (damaged?): {fix}")
     for key, kind in (("entry", str), ("name", str), ("precision", str), ("precision_error", float | int | None)):
         if key in meta and (not isinstance(meta[key], kind) or isinstance(meta[key], bool)):
-            raise UserInputError(f"{what}: its {key!r} is {type(meta[key]).__name__} (damaged?): {BUILD_HINT}")
+            raise UserInputError(f"{what}: its {key!r} is {type(meta[key]).__name__} (damaged?): {fix}")
     for key, kind in (("sources", str), ("borrowed", int), ("foreign", str), ("keys", str)):  # group -> value
         table = meta.get(key, {})
         if not isinstance(table, dict) or not all(isinstance(v, kind) and not isinstance(v, bool)
                                                   for v in table.values()):
             raise UserInputError(f"{what}: its {key!r} is not a table of fusion groups to {kind.__name__}s "
-                                 f"(damaged?): {BUILD_HINT}")
+                                 f"(damaged?): {fix}")

@@ -481,11 +481,12 @@ def export_buckets(bucketed: BucketedModel, path: Path, onnx_bytes: bytes | None
 def load_buckets_library(path: Path, meta: dict[str, Any]) -> BucketedModel:
     """A bucketed model written by ``export_buckets``."""
     from autosched.deploy.build import compile_unscheduled, load_library
+    from autosched.deploy.library import read_library_meta
     from autosched.graph.frontends import load_model
 
     symbolic = SymbolicInputs({k: (list(d), t) for k, (d, t) in meta["declared"].items()},
                               {k: tuple(v) for k, v in meta["fixed"].items()})
-    compiled = {label: load_library(library, json.loads(Path(str(library) + ".json").read_text()))
+    compiled = {label: load_library(library, read_library_meta(Path(str(library) + ".json")))
                 for label, b in meta["buckets"].items() for library in [path.with_name(b["library"])]}
     onnx_path = Path(str(path) + ".onnx")
     exact = None

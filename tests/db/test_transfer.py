@@ -236,3 +236,71 @@ def test_an_export_has_the_usual_file_permissions(source, tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def _gzip_bomb(path, n_mib):
+    """A valid header, then ``n_mib`` MiB of 1 KiB lines of spaces: a few KiB compressed."""
+    header = json.dumps({"format": transfer.FORMAT, "schema_version": 2, "export_version": 2}) + "\n"
+    line = (" " * 1023 + "\n").encode()
+    with gzip.open(path, "wb", compresslevel=9) as f:
+        f.write(header.encode())
+        for _ in range(n_mib):
+            f.write(line * 1024)
+    return path
+
+
+def test_a_gzip_export_is_read_only_up_to_its_decompressed_cap(tmp_path, monkeypatch, capsys):
+    import tracemalloc
+
+    from autosched import bounded
+    from autosched.cli import main
+
+    bomb = _gzip_bomb(tmp_path / "bomb.jsonl.gz", 64)
+    assert bomb.stat().st_size < 1 << 20  # 64 MiB decompressed from well under 1 MiB
+    monkeypatch.setattr(bounded, "EXPORT_MAX_BYTES", 4 << 20, raising=False)  # the real cap: 4 GiB; same check
+    tracemalloc.start()
+    try:
+        with pytest.raises(UserInputError) as caught:
+            read_jsonl(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1 and str(bomb) in message and "more than 4 MiB" in message
+    assert "autosched export" in message
+    assert peak < 16 << 20, peak  # stopped at the cap: read whole, the lines took 64 MiB and more
+    assert main(["import", str(bomb), "--db", str(tmp_path / "new.db")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "more than 4 MiB" in err
+    assert not (tmp_path / "new.db").exists()  # refused before the database is opened
+
+
+def test_the_real_cap_is_4_gib_and_an_export_under_it_reads(source, tmp_path):
+    from autosched import bounded
+
+    assert bounded.EXPORT_MAX_BYTES == 4 << 30
+    path = tmp_path / "x.jsonl.gz"
+    export_jsonl(source, path)
+    assert len(read_jsonl(path)[1]) == 3
+
+
+@pytest.mark.parametrize("damage", ["flipped bytes", "not gzip", "bad crc"])
+def test_a_gzip_export_whose_gzip_is_corrupt_is_one_line_exit_2(source, tmp_path, capsys, damage):
+    from autosched.cli import main
+
+    path = tmp_path / "x.jsonl.gz"
+    export_jsonl(source, path)
+    data = bytearray(path.read_bytes())
+    if damage == "flipped bytes":  # inside the deflate stream
+        for i in range(20, len(data) - 8, 7):
+            data[i] ^= 0xFF
+    elif damage == "not gzip":
+        data[:2] = b"PK"
+    else:  # the CRC32 in the gzip trailer
+        data[-8] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(UserInputError, match="cannot read .*x.jsonl.gz|line|not an autosched export|cut short"):
+        read_jsonl(path)
+    assert main(["import", str(path), "--db", str(tmp_path / "new.db")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "x.jsonl.gz" in err and "internal error" not in err
