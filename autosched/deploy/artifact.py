@@ -391,3 +391,17 @@ def check_library_meta(meta: Any, what: str, fix: str = BUILD_HINT) -> None:
                                                   for v in table.values()):
             raise UserInputError(f"{what}: its {key!r} is not a table of fusion groups to {kind.__name__}s "
                                  f"(damaged?): {fix}")
+
+
+# --- a bare library (autosched compile -o PATH.so): its PATH.json, read as an artifact's metadata ----------------
+LIBRARY_HINT = "build it again with autosched compile MODEL --db DB -o PATH.so"
+
+
+def read_library_meta(meta_path: Path) -> dict[str, Any]:
+    """A library's ``PATH.json``, read as untrusted data: at most ``META_MAX_BYTES`` (as inside an artifact), JSON
+    of bounded depth, an object; anything else is one line naming the file."""
+    what = f"{meta_path} (the library's metadata)"
+    meta = read_json(meta_path, META_MAX_BYTES, what, LIBRARY_HINT)
+    if not isinstance(meta, dict):
+        raise UserInputError(f"{what} is not a JSON object (damaged?): {LIBRARY_HINT}")
+    return meta

@@ -480,8 +480,8 @@ def export_buckets(bucketed: BucketedModel, path: Path, onnx_bytes: bytes | None
 
 def load_buckets_library(path: Path, meta: dict[str, Any]) -> BucketedModel:
     """A bucketed model written by ``export_buckets``."""
+    from autosched.deploy.artifact import read_library_meta
     from autosched.deploy.build import compile_unscheduled, load_library
-    from autosched.deploy.library import read_library_meta
     from autosched.graph.frontends import load_model
 
     symbolic = SymbolicInputs({k: (list(d), t) for k, (d, t) in meta["declared"].items()},
