@@ -72,3 +72,32 @@ def test_a_bf16_build_for_a_cpu_without_amx_has_no_tile_instruction(disassemble,
 def test_a_bf16_build_for_an_amx_cpu_uses_tiles(disassemble):
     found = _found(AMX, disassemble("tiny_mlp", "sapphirerapids", "bf16"))
     assert {"ldtilecfg", "tdpbf16ps"} <= set(found), found  # the check above would see these
+
+
+# --- aarch64: a NEON-only CPU's build has no SVE instruction -------------------------------------------------
+SVE = re.compile(r"\b[zp]\d+\.[bhsdq]\b|\bp\d+/[zm]\b|\b(?:ptrue|whilelo|whilelt|index)\b")  # z/p registers
+AARCH64_OBJDUMP = "aarch64-linux-gnu-objdump"
+_cross = pytest.mark.skipif(
+    shutil.which(AARCH64_OBJDUMP) is None or shutil.which("aarch64-linux-gnu-gcc") is None,
+    reason="the aarch64 cross tools are not installed (apt-get install gcc-aarch64-linux-gnu)",
+)
+
+
+@functools.cache
+def _aarch64_disassembly(mcpu: str, folder: Path) -> str:
+    lib = api.compile("zoo:tiny_cnn", make_target(f"aarch64:{mcpu}", 1)).export_library(folder / f"cnn-{mcpu}.so")
+    return subprocess.run(
+        [AARCH64_OBJDUMP, "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True, check=True
+    ).stdout
+
+
+@_cross
+def test_a_neon_build_has_no_sve_instruction(tmp_path_factory):
+    asm = _aarch64_disassembly("neoverse-n1", tmp_path_factory.mktemp("neon"))
+    assert re.search(r"\bv\d+\.4s\b", asm)  # four-lane float NEON registers are used
+    assert not _found(SVE, asm)
+
+
+@_cross
+def test_an_sve_cpus_build_may_use_sve(tmp_path_factory):
+    assert _found(SVE, _aarch64_disassembly("neoverse-v1", tmp_path_factory.mktemp("sve")))  # the check above sees it
