@@ -199,7 +199,7 @@ def cross_cpu_target(name: str, n_threads: int | None = None) -> Target:
     triple, default_cpu, mattr = CROSS_CPUS[family]
     if mcpu and mcpu not in llvm_cpus(triple):
         raise UserInputError(f"unknown {family} CPU {mcpu!r} for LLVM: e.g. neoverse-n1, neoverse-v1, neoverse-v2, "
-                             "cortex-a72, cortex-a76, apple-m1")
+                             "cortex-a72, cortex-a76, apple-a14 (M1), apple-m4")
     return Target({"kind": "llvm", "mtriple": triple, "mcpu": mcpu or default_cpu, "mattr": mattr,
                    "num-cores": resolve_threads(n_threads)})
 

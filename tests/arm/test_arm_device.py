@@ -142,35 +142,20 @@ def _inputs(artifact: Path) -> list[tuple[str, np.ndarray]]:
     return made
 
 
-@pytest.mark.parametrize("model", ["zoo:tiny_cnn", "distilbert", "gpt2"])  # CNN, transformer encoder, decoder
-def test_a_model_compiled_for_aarch64_runs_on_the_device(arm_device, model, tmp_path):
-    onnx_path = _onnx(model, tmp_path)
-    open_database(str(tmp_path / "empty.db")).close()  # no records: default schedules everywhere
-    artifact = tmp_path / "model.autosched"
-    assert (
-        main(
-            [
-                "compile",
-                str(onnx_path),
-                "--target",
-                "aarch64",
-                "--threads",
-                "1",
-                "--db",
-                str(tmp_path / "empty.db"),
-                "-o",
-                str(artifact),
-            ]
-        )
-        == 0
-    )
+def _compile_and_run_there(arm_device, model: str, db: Path, folder: Path) -> dict:
+    """``model`` compiled for aarch64 with ``db``'s schedules (default ones elsewhere), run on the device by TVM's
+    runtime alone, its outputs checked against ONNX Runtime's here; returns the library's metadata."""
+    onnx_path = _onnx(model, folder)
+    artifact = folder / "model.autosched"
+    args = ["compile", str(onnx_path), "--target", "aarch64", "--threads", "1", "--db", str(db), "-o", str(artifact)]
+    assert main(args) == 0
     manifest = json.loads(zipfile.ZipFile(artifact).read("manifest.json"))
     assert "aarch64-linux-gnu" in json.dumps(manifest["target"])
     inputs = _inputs(artifact)
-    np.savez(tmp_path / "in.npz", **{f"in{i}": x for i, (_, x) in enumerate(inputs)})
-    arm_device.python(RUN_ARTIFACT, str(artifact), str(tmp_path / "in.npz"), str(tmp_path / "out.npz"))
+    np.savez(folder / "in.npz", **{f"in{i}": x for i, (_, x) in enumerate(inputs)})
+    arm_device.python(RUN_ARTIFACT, str(artifact), str(folder / "in.npz"), str(folder / "out.npz"))
     want = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(None, dict(inputs))
-    with np.load(tmp_path / "out.npz") as got:
+    with np.load(folder / "out.npz") as got:
         assert str(got["machine"]) == "aarch64"
         assert len(got.files) - 1 == len(want)
         for i, w in enumerate(want):
@@ -178,3 +163,41 @@ def test_a_model_compiled_for_aarch64_runs_on_the_device(arm_device, model, tmp_
             err = float(np.max(np.abs(got[f"out{i}"] - w))) / scale
             print(f"{model} out{i}: max error {err:.2e} (relative to max |output| {scale:.3g})")
             assert err < 1e-4, (model, i, err)
+    return json.loads(zipfile.ZipFile(artifact).read("model.so.json"))
+
+
+@pytest.mark.parametrize("model", ["zoo:tiny_cnn", "distilbert", "gpt2"])  # CNN, transformer encoder, decoder
+def test_a_model_compiled_for_aarch64_runs_on_the_device(arm_device, model, tmp_path):
+    open_database(str(tmp_path / "empty.db")).close()  # no records: default schedules everywhere
+    meta = _compile_and_run_there(arm_device, model, tmp_path / "empty.db", tmp_path)
+    assert set(meta["sources"].values()) == {"default"}
+
+
+def test_a_model_tuned_on_the_device_compiles_and_runs_there(arm_rpc, arm_device, tmp_path):
+    """tune -> compile -> artifact -> load -> run: every candidate of every task measured and checked there."""
+    address, key = arm_rpc
+    db = tmp_path / "tuned.db"
+    tune = [
+        "tune",
+        "zoo:tiny_cnn",
+        "--target",
+        "aarch64",
+        "--threads",
+        "1",
+        "--trials",
+        "6",
+        "--seed",
+        "0",
+        "--quiet",
+        "--db",
+        str(db),
+        "--rpc",
+        address,
+        "--key",
+        key,
+    ]
+    assert main(tune) == 0
+    statuses = _statuses(db)
+    assert statuses[Status.OK] >= 6 and set(statuses) == {Status.OK}, statuses
+    meta = _compile_and_run_there(arm_device, "zoo:tiny_cnn", db, tmp_path)
+    assert "tuned" in meta["sources"].values(), meta["sources"]
