@@ -199,7 +199,7 @@ def cross_cpu_target(name: str, n_threads: int | None = None) -> Target:
     triple, default_cpu, mattr = CROSS_CPUS[family]
     if mcpu and mcpu not in llvm_cpus(triple):
         raise UserInputError(f"unknown {family} CPU {mcpu!r} for LLVM: e.g. neoverse-n1, neoverse-v1, neoverse-v2, "
-                             "cortex-a72, cortex-a76, apple-m1")
+                             "cortex-a72, cortex-a76, apple-a14 (M1), apple-m4")
     return Target({"kind": "llvm", "mtriple": triple, "mcpu": mcpu or default_cpu, "mattr": mattr,
                    "num-cores": resolve_threads(n_threads)})
 
@@ -308,9 +308,11 @@ def use_nvcc_without_nvrtc() -> None:
 def check_measurable(target: Target, remote: bool = False) -> Target:
     """``target`` if its kernels can be measured: here, or (``remote``) on RPC devices; else a one-line
     UserInputError saying where to measure instead."""
-    if _triple_arch(target) and not _is_host_arch(_triple_arch(target)):
+    if not remote and _triple_arch(target) and not _is_host_arch(_triple_arch(target)):
         raise UserInputError(f"this machine cannot run code for {target.attrs['mtriple']}: tune and run on such a "
-                             "machine (cross-compiled measurement is not supported yet)")
+                             "machine, or measure on one through --rpc HOST:PORT --key KEY")
+    if remote and target.kind.name == "llvm":
+        export_compiler(target)  # candidates are linked here: its cross compiler must be installed
     if not remote and target.kind.name == "llvm" and not runs_here(target):
         raise UserInputError(f"measuring for {_describe(target)} needs a CPU with {', '.join(missing_features(target))}"
                              ", which this one lacks: tune on such a machine, through --rpc HOST:PORT --key KEY, or "

@@ -343,7 +343,10 @@ class CompiledModel:
         """Write ``path`` (a shared library) and ``path.json`` (inputs, target, schedule sources)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.executable.export_library(str(path))
+        from autosched.targets import export_compiler
+
+        fcompile = export_compiler(Target(json.loads(self.target)))  # another architecture's: its cross compiler
+        self.executable.export_library(str(path), fcompile=fcompile)
         meta = {"inputs": [[s.name, list(s.shape), s.dtype] for s in self.inputs], "target": self.target,
                 "sources": self.sources, "borrowed": self.borrowed, "entry": self.entry, "precision": self.precision,
                 "precision_error": self.precision_error, "foreign": self.foreign, "name": self.name,
