@@ -143,3 +143,29 @@ def onnx_file(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def mlp_artifact(tmp_path_factory) -> dict:
+    """``autosched compile -o`` of a tiny MLP (ONNX, x: 2x16 -> 8) from a database with one real schedule per task,
+    built once per session for the tests of artifacts from the command line (tests/cli/test_artifact_commands.py,
+    tests/test_fuzz_inputs.py): {"code", "path" (the .autosched file), "db", "model" (the .onnx file), "tmp"}.
+    Tests copy it before changing it."""
+    pytest.importorskip("onnx")
+    import onnx
+    from onnx_graphs import mlp
+    from tuned_records import record_one_schedule_per_task
+
+    from autosched.cli import main
+    from autosched.db import open_database
+    from autosched.graph.frontends import load_model
+
+    tmp = tmp_path_factory.mktemp("mlp_artifact")
+    model_path, db = tmp / "mlp.onnx", tmp / "mlp.db"
+    onnx.save(mlp(), str(model_path))
+    with open_database(str(db)) as database:
+        record_one_schedule_per_task(load_model(str(model_path), {"x": (2, 16)}), make_target("llvm", 1), database)
+    artifact = tmp / "mlp.autosched"
+    args = ["--log", str(tmp / "log"), "compile", str(model_path), "--input", "x:2x16", "--threads", "1", "--db",
+            str(db), "-o", str(artifact)]
+    return {"code": main(args), "path": artifact, "db": db, "model": model_path, "tmp": tmp}
