@@ -12,9 +12,24 @@ def pytest_addoption(parser):
                      help="also run the whole model corpus (tests marked corpus; CI's second step)")
 
 
+DEFAULT_LEFT_OUT = ("long", "arm")  # each a CI step of its own (.ci/run); an explicit -m selects them
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m filter, which then sees the markers added here
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``gpu`` run only where a CUDA driver (libcuda) and a device are present; those marked ``corpus``
-    (the rest of the model corpus) only with --corpus."""
+    (the rest of the model corpus) only with --corpus. Tests of a PostgreSQL server (the ``postgres_url`` fixture)
+    are ``long``. Without ``-m``, tests marked ``long`` or ``arm`` are left out (deselected): the README's test
+    command is the fast suite, CI runs the rest as steps of their own (``pytest -m long``, ``pytest -m arm``)."""
+    for item in items:
+        if "postgres_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.long)
+    if not config.option.markexpr:
+        left_out = [item for item in items if any(item.get_closest_marker(m) for m in DEFAULT_LEFT_OUT)]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            dropped = set(left_out)
+            items[:] = [item for item in items if item not in dropped]
     gpu_tests = [item for item in items if item.get_closest_marker("gpu") is not None]
     if gpu_tests and not _has_cuda_device():
         skip = pytest.mark.skip(reason="needs a CUDA GPU: no libcuda or no device on this machine")
@@ -143,3 +158,29 @@ def onnx_file(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def mlp_artifact(tmp_path_factory) -> dict:
+    """``autosched compile -o`` of a tiny MLP (ONNX, x: 2x16 -> 8) from a database with one real schedule per task,
+    built once per session for the tests of artifacts from the command line (tests/cli/test_artifact_commands.py,
+    tests/test_fuzz_inputs.py): {"code", "path" (the .autosched file), "db", "model" (the .onnx file), "tmp"}.
+    Tests copy it before changing it."""
+    pytest.importorskip("onnx")
+    import onnx
+    from onnx_graphs import mlp
+    from tuned_records import record_one_schedule_per_task
+
+    from autosched.cli import main
+    from autosched.db import open_database
+    from autosched.graph.frontends import load_model
+
+    tmp = tmp_path_factory.mktemp("mlp_artifact")
+    model_path, db = tmp / "mlp.onnx", tmp / "mlp.db"
+    onnx.save(mlp(), str(model_path))
+    with open_database(str(db)) as database:
+        record_one_schedule_per_task(load_model(str(model_path), {"x": (2, 16)}), make_target("llvm", 1), database)
+    artifact = tmp / "mlp.autosched"
+    args = ["--log", str(tmp / "log"), "compile", str(model_path), "--input", "x:2x16", "--threads", "1", "--db",
+            str(db), "-o", str(artifact)]
+    return {"code": main(args), "path": artifact, "db": db, "model": model_path, "tmp": tmp}

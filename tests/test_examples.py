@@ -21,8 +21,12 @@ EXAMPLES = {  # script -> (tiny-budget arguments, what its output must say)
 }
 
 
+SMOKE = "mlp/tune_mlp.py"  # the one example run in the README's test command; the others are CI's long step
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("script", sorted(EXAMPLES))
+@pytest.mark.parametrize("script", [pytest.param(s, marks=() if s == SMOKE else pytest.mark.long)
+                                    for s in sorted(EXAMPLES)])
 def test_example_runs(script, tmp_path):
     extra, expected = EXAMPLES[script]
     if "pytorch" in script or "onnx" in script:

@@ -465,27 +465,11 @@ def test_hostile_target_json(folder_db, log):
         _check_hostile("--target JSON", kind, *_cli(argv))
 
 
-@pytest.fixture(scope="module")
-def artifact(tmp_path_factory) -> Path:
-    """A real artifact of a tiny MLP (``autosched compile -o``), built once."""
-    pytest.importorskip("onnx")
-    import onnx
-    from onnx_graphs import mlp
-    from tuned_records import record_one_schedule_per_task
-
-    from autosched.db import open_database
-    from autosched.graph.frontends import load_model
-    from autosched.tasks import make_target
-
-    tmp = tmp_path_factory.mktemp("fuzz_artifact")
-    model, db = tmp / "mlp.onnx", tmp / "mlp.db"
-    onnx.save(mlp(), str(model))
-    with open_database(str(db)) as database:
-        record_one_schedule_per_task(load_model(str(model), {"x": (2, 16)}), make_target("llvm", 1), database)
-    out = tmp / "mlp.autosched"
-    assert main(["--log", str(tmp / "log"), "compile", str(model), "--input", "x:2x16", "--threads", "1", "--db",
-                 str(db), "-o", str(out)]) == 0
-    return out
+@pytest.fixture
+def artifact(mlp_artifact) -> Path:
+    """A real artifact of a tiny MLP (``autosched compile -o``), built once per session (tests/conftest.py)."""
+    assert mlp_artifact["code"] == 0
+    return mlp_artifact["path"]
 
 
 @pytest.mark.parametrize("member", ["manifest.json", "model.so.json", "the zip file"])

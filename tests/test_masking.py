@@ -115,6 +115,7 @@ def cli(tmp_path_factory):
     return tmp, _cli_runs(tmp)
 
 
+@pytest.mark.long
 @pytest.mark.slow  # the fixture: nine commands at once, ~30 s on two busy cores
 @pytest.mark.parametrize("command", ["show", "report", "export", "import", "doctor", "train-cost-model", "tune",
                                      "compile"])
@@ -124,6 +125,7 @@ def test_a_command_that_cannot_open_the_database_says_so_without_the_password(cl
     assert run["rc"] == 2 and f"autosched: error: cannot open database {MASKED}" in run["err"], run
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_an_artifact_stores_its_command_line_masked(cli):
     tmp, runs = cli
@@ -134,6 +136,7 @@ def test_an_artifact_stores_its_command_line_masked(cli):
     assert command[5:8] == ["--db", MASKED, f"--db={MASKED}"], command
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_no_file_written_by_any_command_holds_the_password(cli):
     tmp, _ = cli

@@ -55,6 +55,7 @@ def _cands(task, kinds: list[str | None], build_faults: dict[int, str] | None = 
 
 
 # --- 1. faults in candidates ----------------------------------------------------------------------------------
+@pytest.mark.long
 @pytest.mark.slow
 def test_candidates_that_segfault_get_oom_killed_or_exhaust_memory_cost_one_trial_each(task16, tmp_path):
     """Run faults: SIGSEGV, SIGKILL (the OOM killer), a 4 EiB allocation, a wrong result. (abort, hang and an
@@ -75,6 +76,7 @@ def test_candidates_that_segfault_get_oom_killed_or_exhaust_memory_cost_one_tria
     assert result.best is not None and result.best.status is Status.OK
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_compiles_that_raise_crash_kill_or_hang_the_build_worker_cost_one_trial_each(task16, tmp_path):
     kinds = [None, None, None, None, None, None]
@@ -184,6 +186,7 @@ def _check_consistent(db_path: Path, measured_not_told: int = 0) -> tuple[list, 
     return recs, study
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_kill_9_mid_run_leaves_a_clean_database_and_the_same_command_resumes(tmp_path):
     db = tmp_path / "k.db"
@@ -210,6 +213,7 @@ def test_kill_9_mid_run_leaves_a_clean_database_and_the_same_command_resumes(tmp
     assert not [t for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING"]
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.parametrize("delay_s", [0.0, 0.7], ids=["just-after-a-commit", "mid-measurement"])
 def test_ctrl_c_stops_within_seconds_saves_what_was_measured_and_exits_130(tmp_path, delay_s):
@@ -291,6 +295,7 @@ def _check_shared(url: str, reports: list[dict], n_trials: int, batch: int = 2) 
     assert len(keys) == len(set(keys)), "a schedule was measured twice"
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.parametrize("n_workers", [2, 4])
 def test_concurrent_tuners_on_one_sqlite_database(tmp_path, n_workers):
@@ -299,6 +304,7 @@ def test_concurrent_tuners_on_one_sqlite_database(tmp_path, n_workers):
     _check_shared(url, reports, 16)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.parametrize("n_workers", [2, 4])
 def test_concurrent_tuners_on_one_postgresql_database(n_workers, postgres_url):
@@ -412,6 +418,7 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.parametrize("sqlite_says,we_say", [("database or disk is full", "disk is full"),
                                                 ("attempt to write a readonly database", "read-only")],
@@ -446,6 +453,7 @@ def small_tmpfs(tmp_path):
     subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_real_full_disk_mid_run_is_one_line_and_nothing_is_corrupted(small_tmpfs):
     """A real ENOSPC: the tmpfs holding the database is shrunk to what it holds after the first record."""
@@ -561,6 +569,7 @@ def _session_processes(sid: int) -> list:
     return found
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_a_tuner_killed_inside_a_hanging_candidate_and_a_long_build_leaves_no_process_or_scratch_file(sig, tmp_path):
@@ -590,6 +599,7 @@ def test_a_tuner_killed_inside_a_hanging_candidate_and_a_long_build_leaves_no_pr
     assert not files_left, f"scratch {files_left} outlived the tuner by 10 s"
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_sigterm_stops_the_command_line_as_ctrl_c_does_and_exits_143(tmp_path):
     db = tmp_path / "t.db"

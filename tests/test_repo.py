@@ -57,3 +57,17 @@ def test_pip_wheel_builds_one_wheel_with_the_data_and_the_command(tmp_path):
     assert "autosched = autosched.cli:main" in entry_points
     assert "[torch_dynamo_backends]" in entry_points  # torch.compile(model, backend="autosched") once installed
     assert "wheel_check" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_ci_runs_the_tests_the_readme_command_leaves_out_as_steps_of_their_own():
+    """The README's command leaves out the tests marked ``long`` (tests/conftest.py); CI runs them as a step of its
+    own, so none is lost; every marker left out is registered with what it means."""
+    import ast
+
+    conftest = (ROOT / "tests" / "conftest.py").read_text()
+    DEFAULT_LEFT_OUT = ast.literal_eval(re.search(r"^DEFAULT_LEFT_OUT = (\(.*?\))", conftest, re.M)[1])
+    assert "long" in DEFAULT_LEFT_OUT
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ".venv/bin/python -m pytest -q -m long" in ci and "--corpus -m corpus" in ci
+    markers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    assert {m.split(":")[0] for m in markers} >= set(DEFAULT_LEFT_OUT)

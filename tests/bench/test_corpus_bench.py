@@ -118,6 +118,7 @@ def test_a_model_openvino_cannot_run_is_a_note_in_its_row(monkeypatch, tmp_path)
     assert "pip install 'autosched[bench]'" in row["openvino_error"]
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_openvino_is_timed_beside_onnx_runtime_in_the_same_rounds(tmp_path):
     pytest.importorskip("torch")
@@ -154,6 +155,7 @@ def test_retime_without_a_finished_row_says_what_to_do(tmp_path):
     assert not list(tmp_path.rglob("*.row.json"))
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_tuned_row_is_timed_again_from_its_database(tmp_path):
     pytest.importorskip("torch")

@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("torch")
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_corpus_models_compile_for_sm_90_with_every_group_scheduled(load_bench, tmp_path, capsys):
     argv = ["--size", "small", "--models", "squeezenet1_0,gru", "--out", str(tmp_path / "cm")]

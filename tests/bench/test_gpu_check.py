@@ -37,6 +37,7 @@ def check_rows(path: Path, n_rows: int) -> list[dict]:
     return rows
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_the_script_runs_its_steps_on_this_cpu(tmp_path, capsys):
     assert load_script().main(["--target", "llvm", "--small", "--budget-s", "20", "--repeat", "3",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_every_kernel_is_timed_in_the_model_and_matched_with_its_record(tmp_path, mlp_onnx, load_bench):
     import autosched

@@ -105,6 +105,7 @@ def test_a_model_openvino_cannot_run_is_timed_without_it(monkeypatch):
     assert call is None and "pip install 'autosched[bench]'" in notes["openvino_error"]
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_tiny_run_times_both_spaces(tmp_path):
     pytest.importorskip("torch")

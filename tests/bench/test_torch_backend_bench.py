@@ -14,6 +14,7 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "torch_backend.py"
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_the_small_dry_run_times_every_peer_and_the_rerun_tunes_nothing(tmp_path):
     pytest.importorskip("torch")

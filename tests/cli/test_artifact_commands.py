@@ -6,32 +6,18 @@ from __future__ import annotations
 import zipfile
 
 import pytest
-from onnx_graphs import mlp
-from tuned_records import record_one_schedule_per_task
 
 from autosched.cli import main
-from autosched.db import open_database
 from autosched.deploy.artifact import MANIFEST, read_manifest
-from autosched.graph.frontends import load_model
-from autosched.tasks import make_target
 from tests.deploy.test_artifact import doctored
 
 pytest.importorskip("onnx")
 
 
-@pytest.fixture(scope="module")
-def compiled_artifact(tmp_path_factory):
-    """``autosched compile`` of a tiny MLP from a database with one schedule per task, once for the module."""
-    import onnx
-
-    tmp = tmp_path_factory.mktemp("cli_artifact")
-    model_path, db = tmp / "mlp.onnx", tmp / "mlp.db"
-    onnx.save(mlp(), str(model_path))
-    with open_database(str(db)) as database:
-        record_one_schedule_per_task(load_model(str(model_path), {"x": (2, 16)}), make_target("llvm", 1), database)
-    artifact = tmp / "mlp.autosched"
-    args = ["compile", str(model_path), "--input", "x:2x16", "--threads", "1", "--db", str(db), "-o", str(artifact)]
-    return {"code": main(args), "path": artifact, "db": db, "model": model_path, "tmp": tmp}
+@pytest.fixture
+def compiled_artifact(mlp_artifact):
+    """``autosched compile`` of a tiny MLP from a database with one schedule per task (built once per session)."""
+    return mlp_artifact
 
 
 def test_compile_writes_one_artifact_and_run_times_it(compiled_artifact, capsys):

@@ -165,6 +165,7 @@ def _wall_s(argv: list[str]) -> tuple[float, subprocess.CompletedProcess]:
     return time.monotonic() - start, done
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_real_time_budget_stops_on_time_with_the_measurements_saved(tmp_path):
     """Start-up outside the budget (Python, importing TVM, parsing the flags; ~3.5 s on the 2-core test

@@ -120,11 +120,13 @@ def test_the_corpus_has_every_family_and_library():
             "recurrent", "segmentation", "speech-encoder", "diffusion"} <= {e.family for e in corpus.CORPUS.values()}
 
 
+@pytest.mark.long  # one model per family here; --corpus -m corpus: the rest
 @pytest.mark.parametrize("name", _onnx_params())
 def test_corpus_model_matches_onnxruntime(name, cpu_target, tmp_path):
     _check_onnx(name, cpu_target, tmp_path)
 
 
+@pytest.mark.long  # one model per family here; --corpus -m corpus: the rest
 @pytest.mark.parametrize("name, opset", [pytest.param(name, opset, marks=_sweep(name, opset))
                                          for name in TORCHSCRIPT_MODELS for opset in (13, 17)])
 def test_torchscript_export_matches_onnxruntime(name, opset, cpu_target, tmp_path):
@@ -144,6 +146,7 @@ def _torch_path(name: str, target) -> None:
     _compile_and_compare(model, name, target, [t.numpy() for t in inputs], eager)
 
 
+@pytest.mark.long  # one model per family here; --corpus -m corpus: the rest
 @pytest.mark.parametrize("name", [pytest.param(name, marks=_sweep(name, "torch")) for name in TORCH_PATH_MODELS])
 def test_pytorch_path_matches_eager(name, cpu_target):
     _torch_path(name, cpu_target)

@@ -102,6 +102,7 @@ def _race_processes(url: str, ready: Path, n: int = 3) -> list[list[str]]:
     return [json.loads(out) for out, _ in outs]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_three_processes_racing_for_the_same_tasks_never_both_win(backend, tmp_path, request):
     url = str(tmp_path / "race.db") if backend == "sqlite" else request.getfixturevalue("postgres_url")

@@ -134,7 +134,7 @@ def test_a_weight_with_a_zero_point_is_left_to_int8_calibration_and_is_still_clo
     assert max_relative_error(compiled(*inputs), [_literal_outputs(path, inputs)]) < 5e-2
 
 
-@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize("precision", [pytest.param("fp32", marks=pytest.mark.long), "int8"])  # fp32: CI's long step
 def test_run_checks_a_quantized_model_against_what_it_says(tmp_path, capsys, precision):
     """ONNX Runtime's default session fuses QDQ into integer kernels that saturate on CPUs without VNNI;
     ``autosched run`` checks against the model's own arithmetic and passes, as written and in int8."""

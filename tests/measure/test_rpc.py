@@ -45,6 +45,7 @@ def _statuses(db: Path) -> Counter:
         database.close()
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_rpc_tuning_records_as_many_valid_trials_as_local(cluster, tmp_path, capsys):
     assert main(_tune_args(tmp_path / "local.db")) == 0
@@ -56,6 +57,7 @@ def test_rpc_tuning_records_as_many_valid_trials_as_local(cluster, tmp_path, cap
     assert n_devices("127.0.0.1", cluster.port, KEY) == 2  # both servers are still serving
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_reference_outputs_are_computed_on_a_remote_device(cluster, matmul_task):
     """Tasks without a NumPy reference (a model's) take the unscheduled build's outputs on the device."""
@@ -83,6 +85,7 @@ def _extern(name: str, *args: Any) -> Any:  # abort, sleep and usleep return 0 (
     return tirx.Cast("float32", tirx.call_extern("int32", name, *args))
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_bad_candidates_cost_one_trial_each_on_remote_devices(matmul_task, tmp_path):
     """As with the local runner: a crash, a hang and a wrong result are each one trial; the good ones go on.
@@ -112,6 +115,7 @@ def test_bad_candidates_cost_one_trial_each_on_remote_devices(matmul_task, tmp_p
         cluster.stop()
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_server_killed_mid_run_costs_at_most_its_candidate(matmul_task, tmp_path):
     cluster = LoopbackCluster(2, tmp_path, KEY)
@@ -179,6 +183,7 @@ def test_rpc_and_key_go_together(tmp_path, capsys):
     assert "go together" in _refused(_tune_args(db, "--key", KEY), db, capsys)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_no_device_under_the_key(cluster, tmp_path, capsys):
     db = tmp_path / "t.db"
@@ -186,6 +191,7 @@ def test_no_device_under_the_key(cluster, tmp_path, capsys):
     assert "no device registered under this key" in err and KEY in err  # and names the keys that are there
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_model_tuning_refuses_a_bad_key_before_the_database(cluster, tmp_path, capsys):
     db = tmp_path / "t.db"

@@ -92,6 +92,7 @@ def test_every_variant_is_timed_here_and_a_wrong_one_refused(model, cpu_target):
     assert times["untuned"] > 0 and times["wrong"] is None  # its outputs differ from the untuned build's
 
 
+@pytest.mark.long
 def test_another_cpus_record_that_crashes_or_hangs_here_costs_its_own_timing_not_compile(cpu_target):
     """Other CPUs' schedules are timed in an isolated worker, as candidates are: one that segfaults or hangs
     there is None (after the timeout), the process that compiles goes on, and the next variant is timed."""

@@ -139,6 +139,7 @@ def test_a_baseline_another_worker_stored_is_not_waited_for_while_it_keeps_the_t
         other.join()
 
 
+@pytest.mark.long
 def test_three_workers_tune_one_model_on_one_sqlite_file(tmp_path):
     url = str(tmp_path / "shared.db")  # not there yet: the workers race to create it
     _check_together(url, _tune_together(url, tmp_path))
