@@ -42,6 +42,7 @@ from autosched.config import TuneConfig, parse_duration
 from autosched.db.base import display_name
 from autosched.errors import AutoschedError, UserInputError
 from autosched.masking import mask_secrets
+from autosched.torch_mutations import functionalize
 
 log = logging.getLogger("autosched.torch")
 
@@ -253,6 +254,8 @@ class _Graph:
         self.builds: dict[tuple, _Build] = {}
         self.lock = threading.Lock()  # two threads' first calls: one build (the other waits for it, then runs it)
         self.eager_reason = ""  # set once the graph cannot be built at all (then every call runs eagerly)
+        functional = functionalize(gm)  # in-place writes (a static KV cache's) made functional
+        self.functional_gm, self.written = functional or (gm, [])  # written: inputs copied back after each call
 
     def __call__(self, *args: Any) -> Any:
         profile = self.owner.profile
@@ -367,7 +370,10 @@ class _Build:
         handed = _clock()
         results = _flatten(self.function(*tensors))
         ran = _clock()
-        outputs = torch.utils._pytree.tree_unflatten([torch.from_dlpack(t) for t in results], self.spec)
+        n = len(results) - len(self.graph.written)
+        for i, t in zip(self.graph.written, results[n:], strict=True):  # what the graph wrote to its inputs
+            args[i].copy_(torch.from_dlpack(t))
+        outputs = torch.utils._pytree.tree_unflatten([torch.from_dlpack(t) for t in results[:n]], self.spec)
         profile.handoff_s += handed - started + _clock() - ran
         profile.run_s += ran - handed
         return outputs
@@ -379,16 +385,17 @@ class _Build:
 
         owner, stats, args = self.graph.owner, self.stats, self.args
         weights = set(self.graph.weights)
-        with torch.no_grad():  # on copies of the inputs: a graph that writes to them runs eagerly after, once
-            reference = self.graph.gm(
-                *[a.clone() if isinstance(a, torch.Tensor) and i not in weights else a for i, a in enumerate(args)]
-            )
+        copies = [a.clone() if isinstance(a, torch.Tensor) and i not in weights else a for i, a in enumerate(args)]
+        with torch.no_grad():  # on copies of the inputs: the writes of the graph to them are compared too
+            reference = self.graph.gm(*copies)
         flat, self.spec = torch.utils._pytree.tree_flatten(reference)
         if not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in flat) or not flat:
             raise _Eager("it returns something other than CPU tensors", permanent=True)
         if any(a.device.type != "cpu" for a in args if isinstance(a, torch.Tensor)):
             raise _Eager("its inputs are not on the CPU", permanent=True)
-        written = _written_inputs(self.graph.gm)
+        if weights & set(self.graph.written):
+            raise _Eager("it changes a parameter or buffer in place", permanent=True)
+        written = _written_inputs(self.graph.functional_gm)
         if written:  # TVM's build would drop the writes
             raise _Eager(
                 f"it changes its input{'s' if len(written) > 1 else ''} {', '.join(written[:3])} in place",
@@ -398,7 +405,7 @@ class _Build:
         if wrong:
             raise _Eager(f"operator {', '.join(wrong)} (TVM's importer computes it wrongly)", permanent=True)
         example = tuple(args[i].detach().contiguous() for i in self.inputs)
-        module = _bound_module(self.graph.gm, args, self.inputs)
+        module = _bound_module(self.graph.functional_gm, args, self.inputs)
         name = f"torch_graph{self.graph.index}"
         try:
             model = api.load_model(module, example_inputs=example, name=name)
@@ -415,6 +422,7 @@ class _Build:
             raise _Eager(f"autosched could not build it: {_reason(err)}") from err
         with torch.no_grad():
             outputs = list(self.compiled(*example))
+        flat = [*flat, *(copies[i] for i in self.graph.written)]  # the written inputs' new values come last
         stats.max_error = _max_error(outputs, flat)
         if owner.check and (len(outputs) != len(flat) or stats.max_error > 1e-3):
             self.compiled = None

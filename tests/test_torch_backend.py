@@ -110,20 +110,32 @@ def test_weights_changed_in_place_are_picked_up(tuned_cnn):
 
 
 @pytest.mark.slow
-def test_a_graph_that_writes_to_its_input_runs_eagerly(db, caplog):
+def test_a_graph_that_writes_to_its_input_gets_it_written_back_or_runs_eagerly(db, caplog):
     class AddInPlace(torch.nn.Module):
         def forward(self, x):
             x.add_(1.0)
             return x * 2.0
 
+    class WriteThroughAView(torch.nn.Module):
+        def forward(self, x):
+            x[:2].add_(1.0)
+            return x * 2.0
+
     backend = autosched.backend(db=db, time=0, threads=1, verbose=False)
     compiled = torch.compile(AddInPlace(), backend=backend)
     x = torch.zeros(4)
+    for calls in (1, 2):  # made functional: the new value written back into the caller's tensor
+        y = compiled(x)
+        assert torch.equal(x, torch.full((4,), float(calls))) and torch.equal(y, torch.full((4,), 2.0 * calls))
+    [stats] = backend.stats
+    assert stats.mode == "autosched" and backend.profile.calls == 2
+    torch._dynamo.reset()
+    compiled = torch.compile(WriteThroughAView(), backend=backend)
+    x = torch.zeros(4)
     with caplog.at_level(logging.WARNING, logger="autosched.torch"):
         y = compiled(x)
-    assert torch.equal(x, torch.ones(4)) and torch.equal(y, torch.full((4,), 2.0))
-    [stats] = backend.stats
-    assert stats.mode == "eager" and "in place" in stats.reason
+    assert torch.equal(x, torch.tensor([1.0, 1.0, 0.0, 0.0])) and torch.equal(y, 2 * x)
+    assert backend.stats[-1].mode == "eager" and "in place" in backend.stats[-1].reason
 
 
 @pytest.mark.slow
