@@ -23,6 +23,7 @@ tensors in and out.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -133,7 +134,13 @@ class AutoschedBackend:
         self.tune_again = tune_again  # tune tasks that have records too (else only those without)
         self.stats: list[GraphStats] = []
         self.profile = CallProfile()  # per-call time of the built graphs, by part
+        self.spent_s = 0.0  # seconds of tuning so far: ``time`` bounds all graphs and sizes together
         self._n_graphs = 0
+
+    def tuning_config(self) -> TuneConfig:
+        """The config of a build that may tune: what is left of ``time`` (none left: records only)."""
+        left = self.time_s - self.spent_s
+        return self.config.replace(time_budget_s=left) if left > 1.0 else self.lookup_config
 
     def __call__(self, gm: Any, example_inputs: Sequence[Any]) -> Callable:
         """What dynamo calls for each captured graph: a callable that runs it (built at its first call)."""
@@ -256,6 +263,8 @@ class _Graph:
         self.eager_reason = ""  # set once the graph cannot be built at all (then every call runs eagerly)
         functional = functionalize(gm)  # in-place writes (a static KV cache's) made functional
         self.functional_gm, self.written = functional or (gm, [])  # written: inputs copied back after each call
+        self.donor: Any = None  # the first build's fused module: its schedules refitted to the graph's other sizes
+        self.said_refit = False
 
     def __call__(self, *args: Any) -> Any:
         profile = self.owner.profile
@@ -270,7 +279,7 @@ class _Graph:
             with self.lock:  # a build at a time; a second thread's call finds it made
                 build = self.builds.get(key)
                 if build is None or not build.current(args):
-                    build = self._build(args, tune=build is None)
+                    build = self._build(args, tune=build is None and not self.builds)
                     self.builds[key] = build
                     profile.builds += 1
             checked = looked_up  # the build's time is in its stats, not the call's
@@ -301,11 +310,18 @@ class _Graph:
         shapes = ", ".join("x".join(map(str, args[i].shape)) or "scalar" for i in inputs)
         stats = GraphStats(self.index, shapes)
         build = _Build(self, args, inputs, stats)
-        if tune and owner.time_s > 0:
+        left = owner.tuning_config().time_budget_s if tune else 0.0
+        if left > 0:
             owner.say(
                 f"graph {self.index} ({shapes}): building; its tasks without records in "
                 f"{display_name(owner.db)} are "
-                f"tuned for up to {owner.time_s:g} s"
+                f"tuned for up to {left:.0f} s (what is left of the backend's {owner.time_s:g} s)"
+            )
+        elif self.donor is not None and not self.said_refit:
+            self.said_refit = True
+            owner.say(
+                f"graph {self.index} ({shapes}): a new size of a built graph: built from {display_name(owner.db)} "
+                "with its first size's schedules refitted, never tuned at a call (once per graph)"
             )
         try:
             with native_output_to(default_log_path()):
@@ -415,9 +431,9 @@ class _Build:
             raise _Eager(
                 f"it changes its inputs in place ({', '.join(model.info['mutated_inputs'][:3])})", permanent=True
             )
-        config = owner.config if tune else owner.lookup_config
+        config = owner.tuning_config() if tune else owner.lookup_config
         try:
-            self.compiled = _compile(owner, model, config, stats)
+            self.compiled, fused = _compile(owner, model, config, stats, self.graph.donor)
         except Exception as err:  # a build TVM refuses: this graph runs eagerly, the user's call goes on
             raise _Eager(f"autosched could not build it: {_reason(err)}") from err
         with torch.no_grad():
@@ -429,6 +445,8 @@ class _Build:
             raise _Eager(f"its outputs differ from eager PyTorch's (max relative error {stats.max_error:.2g})")
         stats.mode = "autosched"
         self.function = self.compiled.function
+        if self.graph.donor is None:
+            self.graph.donor = fused
         self.args = ()  # the inputs of the first call are not kept alive
 
 
@@ -459,12 +477,15 @@ def _flatten(results: Any) -> list[Any]:
     return flatten(results)
 
 
-def _compile(owner: AutoschedBackend, model: Any, config: TuneConfig, stats: GraphStats) -> Any:
-    """Plan, tune the tasks without records in the database (all with ``tune_again``; within ``config``'s budget),
-    compile with it."""
+def _compile(owner: AutoschedBackend, model: Any, config: TuneConfig, stats: GraphStats, donor: Any) -> tuple:
+    """Plan, tune the tasks without records in the database (all with ``tune_again``; within ``config``'s budget,
+    spent from the backend's), compile with it (``donor``'s records refitted to groups without any). Returns the
+    compiled model and its fused module."""
     from autosched import api
     from autosched._tvm import set_num_threads
+    from autosched.deploy.build import compile_model
 
+    started = _clock()
     plan = api.plan_model(model, owner.target, config)
     stats.n_tasks, db = len(plan.tasks), owner.db
     if "://" not in db:
@@ -475,14 +496,18 @@ def _compile(owner: AutoschedBackend, model: Any, config: TuneConfig, stats: Gra
     if config.time_budget_s > 0 and todo:
         stats.n_tuned = len(todo)
         api.tune_planned_model(replace(plan, tasks=todo), db)
+        owner.spent_s += _clock() - started  # the budget covers the import and rewrites too, as the plan's
         exists = True
     after = _measured(db, plan.tasks) if exists else {}
     stats.n_records = sum(after.values())
     stats.n_new_records = stats.n_records - sum(before.values())
-    compiled = api.compile(plan.model, plan.target, db if exists else None, fused=plan.fused)
+    with api.opened(db, create=False) if exists else contextlib.nullcontext() as database:
+        compiled = compile_model(
+            plan.model, api.build_target(plan.target, None), database, fused=plan.fused, donor=donor
+        )
     stats.sources = dict(compiled.counts())
     set_num_threads(plan.config.threads)
-    return compiled
+    return compiled, plan.fused
 
 
 def _measured(db_path: str, tasks: list) -> dict[str, int]:
