@@ -122,3 +122,22 @@ def test_generate_with_a_static_cache_builds_two_graphs_once(transformers, db):
     assert builds == 2 and backend.profile.builds == 2, backend.stats  # prefill and decode, and nothing more
     assert all(s.mode == "autosched" for s in backend.stats) and backend.profile.eager_calls == 0, backend.stats
     assert backend.profile.calls == 12
+
+
+@pytest.mark.slow
+def test_the_budget_is_the_backends_and_new_sizes_are_refitted_not_tuned(tmp_path, capsys):
+    """``time`` bounds all the graphs together: once spent, a graph dynamo captures later is built from the records
+    only, and a new size of a built graph (the third size: dynamo passes it to the graph it made symbolic at the
+    second) is built with the first size's schedules refitted, saying so once."""
+    torch._dynamo.reset()
+    model = mlp()
+    backend = autosched.backend(db=str(tmp_path / "budget.db"), time=4, threads=1)
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for batch in (2, 3, 5, 7):
+            x = torch.randn(batch, 16)
+            assert torch.allclose(compiled(x), model(x), atol=1e-5)
+    first, *later = backend.stats
+    assert first.n_tuned > 0 and later and all(s.n_tuned == 0 and s.mode == "autosched" for s in later), backend.stats
+    assert 0 < backend.spent_s < 4 + 30  # the one tuning run (its session's start included)
+    assert capsys.readouterr().err.count("refitted") == 1
