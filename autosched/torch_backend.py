@@ -34,6 +34,7 @@ import re
 import sys
 import threading
 import time as _time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,7 +50,8 @@ log = logging.getLogger("autosched.torch")
 
 NAME = "autosched"  # the backend's name for torch.compile
 ENTRY_POINT_GROUP = "torch_dynamo_backends"  # where dynamo looks up backends of installed packages
-DEFAULT_TIME = "2m"  # tuning budget per captured graph
+DEFAULT_TIME = "2m"  # tuning budget of a backend (all its captured graphs and sizes)
+MAX_BUILDS = 64  # sizes of one captured graph kept built
 
 
 def default_database() -> str:
@@ -135,6 +137,7 @@ class AutoschedBackend:
         self.stats: list[GraphStats] = []
         self.profile = CallProfile()  # per-call time of the built graphs, by part
         self.spent_s = 0.0  # seconds of tuning so far: ``time`` bounds all graphs and sizes together
+        self.max_builds = MAX_BUILDS  # per captured graph: its sizes built and kept (least recently called dropped)
         self._n_graphs = 0
 
     def tuning_config(self) -> TuneConfig:
@@ -258,7 +261,8 @@ class _Graph:
             if isinstance(value, torch.nn.Parameter) or _WEIGHT_SOURCE.search(name):
                 self.weights.append(i)
         self.inputs = [i for i in range(len(example_inputs)) if i not in self.weights]
-        self.builds: dict[tuple, _Build] = {}
+        self.builds: OrderedDict[tuple, _Build] = OrderedDict()  # least recently called first
+        self.said_evicted = False
         self.lock = threading.Lock()  # two threads' first calls: one build (the other waits for it, then runs it)
         self.eager_reason = ""  # set once the graph cannot be built at all (then every call runs eagerly)
         functional = functionalize(gm)  # in-place writes (a static KV cache's) made functional
@@ -281,9 +285,11 @@ class _Graph:
                 if build is None or not build.current(args):
                     build = self._build(args, tune=build is None and not self.builds)
                     self.builds[key] = build
+                    self._bound_builds()
                     profile.builds += 1
             checked = looked_up  # the build's time is in its stats, not the call's
         else:
+            self.builds.move_to_end(key)
             checked = _clock()
         if build.compiled is None:
             profile.eager_calls += 1
@@ -292,6 +298,19 @@ class _Graph:
         profile.lookup_s += looked_up - started
         profile.check_s += checked - looked_up
         return build(args, profile)
+
+    def _bound_builds(self) -> None:
+        """At most ``owner.max_builds`` sizes kept (a generation loop with a growing dynamic KV cache makes one per
+        token): the least recently called dropped, saying so once."""
+        while len(self.builds) > self.owner.max_builds:
+            self.builds.popitem(last=False)
+            if not self.said_evicted:
+                self.said_evicted = True
+                self.owner.say(
+                    f"graph {self.index}: more than {self.owner.max_builds} sizes built; the least recently called "
+                    "are dropped (rebuilt from the database if called again). Fixed sizes avoid this (for "
+                    'generate: cache_implementation="static")'
+                )
 
     def _signature(self, args: Sequence[Any]) -> tuple:
         """The inputs' shapes, dtypes and devices, and the integers (sizes dynamo made symbolic); the weights are

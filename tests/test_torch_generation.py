@@ -141,3 +141,18 @@ def test_the_budget_is_the_backends_and_new_sizes_are_refitted_not_tuned(tmp_pat
     assert first.n_tuned > 0 and later and all(s.n_tuned == 0 and s.mode == "autosched" for s in later), backend.stats
     assert 0 < backend.spent_s < 4 + 30  # the one tuning run (its session's start included)
     assert capsys.readouterr().err.count("refitted") == 1
+
+
+@pytest.mark.slow
+def test_the_builds_of_a_graph_are_bounded_least_recently_called_dropped(db, capsys):
+    torch._dynamo.reset()
+    model = mlp()
+    backend = autosched.backend(db=db, time=0, threads=1)
+    backend.max_builds = 2
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for batch in (2, 3, 4, 5, 6, 4):  # dynamo's symbolic graph gets 3, 4, 5, 6: two kept, then 4 again
+            x = torch.randn(batch, 16)
+            assert torch.allclose(compiled(x), model(x), atol=1e-5)
+    assert backend.profile.builds == 6  # 4 was dropped (5 and 6 called since) and built again
+    assert capsys.readouterr().err.count("least recently called") == 1
