@@ -10,15 +10,21 @@ tensors in and out.
   its first call, for the sizes of that call: parameters and buffers (which dynamo passes as inputs) become
   constants, so the graph rewrites fold them and the schedules may change their layout; a parameter replaced or
   changed in place is noticed at the next call and the graph rebuilt (from the database, without tuning).
-- Tuning: ``time`` per captured graph, spent only on tasks without records in the database (a second run of the
-  same script tunes nothing), or on all of its tasks with ``tune_again=True`` (a longer search resuming from the
-  records: tasks an earlier, shorter budget never searched get their rounds); ``time=0`` only looks records up.
+- Tuning: ``time`` for the backend's whole model (all its captured graphs and sizes; ``spent_s`` so far), spent
+  only on tasks without records in the database (a second run of the same script tunes nothing), or on all of its
+  tasks with ``tune_again=True`` (a longer search resuming from the records: tasks an earlier, shorter budget never
+  searched get their rounds); ``time=0`` only looks records up.
 - A graph that cannot be imported (an operator TVM's PyTorch importer lacks, or imports wrongly: the RNNs), that
   writes to its inputs, that fails to build, or whose outputs differ from eager PyTorch's at the first call runs
   eagerly, with one line saying why; never an exception at the user's call.
 - Inference only: outputs carry no autograd history (a call that would need gradients says so once).
 
-``stats`` of a backend lists each graph built: tasks, tasks tuned, new records, schedules, seconds, or why eager.
+- A new size of a graph already built is built from the database with the first size's schedules refitted (never
+  tuned at a call); at most ``max_builds`` sizes are kept per graph. In-place writes to a graph's inputs (HF's
+  static KV cache) are made functional and copied back after each call (``autosched.torch_mutations``).
+
+``stats`` of a backend lists each graph built: tasks, tasks tuned, new records, schedules, seconds, or why eager;
+``profile`` where the calls' time goes (lookup, weight check, hand-off, TVM).
 """
 
 from __future__ import annotations
@@ -171,7 +177,8 @@ def backend(
     tune_again: bool = False,
 ) -> AutoschedBackend:
     """A ``torch.compile`` backend with options: ``db`` (default ``default_database()``), ``time`` (tuning
-    budget per captured graph: ``"2m"``, ``90``; ``0`` = only the database's records), ``threads`` (of the
+    budget of the backend, all its graphs and sizes together: ``"2m"``, ``90``; ``0`` = only the database's records),
+    ``threads`` (of the
     tuned and run kernels; None or 0 = all cores), ``target`` (an LLVM target string), ``config`` (a
     ``TuneConfig`` for the other tuning settings), ``check`` (compare the first call's outputs with eager
     PyTorch's; a difference falls back to eager), ``verbose`` (a line on stderr per graph built), ``tune_again``
