@@ -15,8 +15,8 @@ tensors in and out.
   tasks with ``tune_again=True`` (a longer search resuming from the records: tasks an earlier, shorter budget never
   searched get their rounds); ``time=0`` only looks records up.
 - A graph that cannot be imported (an operator TVM's PyTorch importer lacks, or imports wrongly: the RNNs), that
-  writes to its inputs, that fails to build, or whose outputs differ from eager PyTorch's at the first call runs
-  eagerly, with one line saying why; never an exception at the user's call.
+  writes to its inputs through a view, that fails to build, or whose outputs differ from eager
+  PyTorch's at the first call runs eagerly, with one line saying why; never an exception at the user's call.
 - Inference only: outputs carry no autograd history (a call that would need gradients says so once).
 
 - A new size of a graph already built is built from the database with the first size's schedules refitted (never

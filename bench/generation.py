@@ -38,8 +38,15 @@ def build(name: str):
 
     torch.manual_seed(0)
     if name == "llama":
-        config = tf.LlamaConfig(num_hidden_layers=2, hidden_size=256, intermediate_size=512, num_attention_heads=8,
-                                num_key_value_heads=2, vocab_size=1000, max_position_embeddings=256)
+        config = tf.LlamaConfig(
+            num_hidden_layers=2,
+            hidden_size=256,
+            intermediate_size=512,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            vocab_size=1000,
+            max_position_embeddings=256,
+        )
         return tf.LlamaForCausalLM(config).eval()
     if name == "gpt2":
         config = tf.GPT2Config(n_layer=2, n_embd=256, n_head=8, vocab_size=1000, n_positions=256)
@@ -98,8 +105,10 @@ def print_table(rows: list[dict]) -> list[str]:
             lines.append(f"{r['model']:6} {r['contender']:17} failed: {r['error']}")
             continue
         b = "" if r.get("builds_second") is None else str(r["builds_second"])
-        lines.append(f"{r['model']:6} {r['contender']:17} {r['first_s']:8.2f} {r['second_s']:9.3f} "
-                     f"{r['steady_tokens_per_s']:8.1f} {b:>10} {str(r['equal_to_eager']):>7}")
+        lines.append(
+            f"{r['model']:6} {r['contender']:17} {r['first_s']:8.2f} {r['second_s']:9.3f} "
+            f"{r['steady_tokens_per_s']:8.1f} {b:>10} {str(r['equal_to_eager']):>7}"
+        )
     return lines
 
 
@@ -133,12 +142,21 @@ def main() -> None:
             print(print_table([row])[-1], flush=True)
     lines = print_table(rows)
     cpu = info["cpu"].split()[0] if info.get("cpu") else "cpu"
-    payload = {"machine": info, "commit": git_commit(), "args": vars(args), "load_before": load_before,
-               "load_after": load_now(), "rows": rows}
+    payload = {
+        "machine": info,
+        "commit": git_commit(),
+        "args": vars(args),
+        "load_before": load_before,
+        "load_after": load_now(),
+        "rows": rows,
+    }
     path = write_json(f"generation_{cpu}", payload)
-    log = [f"bench/generation.py {' '.join(sys.argv[1:])}  (commit {payload['commit']}, {info['time']})",
-           f"load average before/after: {load_before:.2f}/{payload['load_after']:.2f}; {args.note}".rstrip("; "),
-           "tok/s: steady state, the best of the later generates, prefill included", *lines]
+    log = [
+        f"bench/generation.py {' '.join(sys.argv[1:])}  (commit {payload['commit']}, {info['time']})",
+        f"load average before/after: {load_before:.2f}/{payload['load_after']:.2f}; {args.note}".rstrip("; "),
+        "tok/s: steady state, the best of the later generates, prefill included",
+        *lines,
+    ]
     path.with_suffix(".log").write_text("\n".join(log) + "\n")
     print("\n".join(lines))
     print(f"wrote {path}")
