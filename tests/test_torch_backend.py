@@ -27,10 +27,12 @@ class SmallCNN(torch.nn.Module):
 
     def __init__(self, width: int = 8, classes: int = 10):
         super().__init__()
-        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, width, 3, padding=1, bias=False),
-                                        torch.nn.BatchNorm2d(width), torch.nn.ReLU())
-        self.block = torch.nn.Sequential(torch.nn.Conv2d(width, width, 3, padding=1, bias=False),
-                                         torch.nn.BatchNorm2d(width))
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv2d(3, width, 3, padding=1, bias=False), torch.nn.BatchNorm2d(width), torch.nn.ReLU()
+        )
+        self.block = torch.nn.Sequential(
+            torch.nn.Conv2d(width, width, 3, padding=1, bias=False), torch.nn.BatchNorm2d(width)
+        )
         self.down = torch.nn.Conv2d(width, 2 * width, 3, stride=2, padding=1)
         self.fc = torch.nn.Linear(2 * width, classes)
 
@@ -89,9 +91,11 @@ def test_non_contiguous_inputs_and_other_sizes_give_eager_results(db):
     backend = autosched.backend(db=db, time=0, threads=1, verbose=False)
     compiled = torch.compile(model, backend=backend)
     with torch.no_grad():
-        for x in (torch.randn(1, 3, 16, 16).to(memory_format=torch.channels_last),
-                  torch.randn(1, 16, 16, 3).permute(0, 3, 1, 2),
-                  torch.randn(2, 3, 12, 12)):  # a new size: dynamo passes its dimensions as integers
+        for x in (
+            torch.randn(1, 3, 16, 16).to(memory_format=torch.channels_last),
+            torch.randn(1, 16, 16, 3).permute(0, 3, 1, 2),
+            torch.randn(2, 3, 12, 12),
+        ):  # a new size: dynamo passes its dimensions as integers
             assert close(compiled(x), model(x))
     assert len(backend.stats) >= 2 and all(s.mode == "autosched" for s in backend.stats)
 
@@ -110,20 +114,32 @@ def test_weights_changed_in_place_are_picked_up(tuned_cnn):
 
 
 @pytest.mark.slow
-def test_a_graph_that_writes_to_its_input_runs_eagerly(db, caplog):
+def test_a_graph_that_writes_to_its_input_gets_it_written_back_or_runs_eagerly(db, caplog):
     class AddInPlace(torch.nn.Module):
         def forward(self, x):
             x.add_(1.0)
             return x * 2.0
 
+    class WriteThroughAView(torch.nn.Module):
+        def forward(self, x):
+            x[:2].add_(1.0)
+            return x * 2.0
+
     backend = autosched.backend(db=db, time=0, threads=1, verbose=False)
     compiled = torch.compile(AddInPlace(), backend=backend)
     x = torch.zeros(4)
+    for calls in (1, 2):  # made functional: the new value written back into the caller's tensor
+        y = compiled(x)
+        assert torch.equal(x, torch.full((4,), float(calls))) and torch.equal(y, torch.full((4,), 2.0 * calls))
+    [stats] = backend.stats
+    assert stats.mode == "autosched" and backend.profile.calls == 2
+    torch._dynamo.reset()
+    compiled = torch.compile(WriteThroughAView(), backend=backend)
+    x = torch.zeros(4)
     with caplog.at_level(logging.WARNING, logger="autosched.torch"):
         y = compiled(x)
-    assert torch.equal(x, torch.ones(4)) and torch.equal(y, torch.full((4,), 2.0))
-    [stats] = backend.stats
-    assert stats.mode == "eager" and "in place" in stats.reason
+    assert torch.equal(x, torch.tensor([1.0, 1.0, 0.0, 0.0])) and torch.equal(y, 2 * x)
+    assert backend.stats[-1].mode == "eager" and "in place" in backend.stats[-1].reason
 
 
 @pytest.mark.slow
@@ -179,14 +195,33 @@ def _hf_model(transformers, name: str):
     torch.manual_seed(0)
     tf = transformers
     if name == "bert":
-        return tf.BertModel(tf.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                          intermediate_size=64, max_position_embeddings=64)).eval()
+        return tf.BertModel(
+            tf.BertConfig(
+                vocab_size=100,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                max_position_embeddings=64,
+            )
+        ).eval()
     if name == "gpt2":
-        return tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64,
-                                                bos_token_id=0, eos_token_id=0)).eval()
-    return tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                              num_attention_heads=2, num_key_value_heads=1,
-                                              max_position_embeddings=64)).eval()
+        return tf.GPT2LMHeadModel(
+            tf.GPT2Config(
+                vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64, bos_token_id=0, eos_token_id=0
+            )
+        ).eval()
+    return tf.LlamaForCausalLM(
+        tf.LlamaConfig(
+            vocab_size=100,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=64,
+        )
+    ).eval()
 
 
 @pytest.mark.slow
@@ -280,9 +315,11 @@ def test_the_entry_point_loads_the_backend_in_a_fresh_process(tmp_path):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: autosched-entry-point-check\nVersion: 0\n")
     target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["torch_dynamo_backends"]
     (info / "entry_points.txt").write_text(f"[torch_dynamo_backends]\nautosched = {target['autosched']}\n")
-    script = ("import torch, torch._dynamo, sys; from torch._dynamo.backends.registry import lookup_backend; "
-              "fn = lookup_backend('autosched'); assert 'autosched.torch_backend' in sys.modules; "
-              "print(fn is sys.modules['autosched.torch_backend'].autosched_backend)")
+    script = (
+        "import torch, torch._dynamo, sys; from torch._dynamo.backends.registry import lookup_backend; "
+        "fn = lookup_backend('autosched'); assert 'autosched.torch_backend' in sys.modules; "
+        "print(fn is sys.modules['autosched.torch_backend'].autosched_backend)"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
