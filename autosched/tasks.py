@@ -60,6 +60,7 @@ class Task:
         """Inputs to check and time the task with: the model's own constants where the task has them
         (``constants``: weights, masks, position tables); other floats drawn from ``domain`` (see
         ``INPUT_DOMAINS``); integers zero (in range for any index or position, a valid mask)."""
+        check_fits_in_memory(self.name, self.arg_specs())
         rng = np.random.default_rng(seed)
         low, high = INPUT_DOMAINS[domain]
         out = []
@@ -73,6 +74,24 @@ class Task:
             else:
                 out.append(rng.uniform(low, high, shape).astype(dtype))
         return out
+
+
+def check_fits_in_memory(name: str, specs: list[tuple[tuple[int, ...], str]]) -> None:
+    """A task whose arguments (inputs and outputs, as measured) take more than this machine's memory is refused
+    in one line before anything is allocated (a --shape of 2**31 sizes, not an internal error)."""
+    import math
+    import os
+
+    from autosched.errors import UserInputError
+
+    n_bytes = sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in specs)
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not on this OS: numpy's own check stands
+        return
+    if n_bytes > memory:
+        raise UserInputError(f"{name}: its arguments take {n_bytes / 2**30:.3g} GiB, more than this machine's "
+                             f"{memory / 2**30:.3g} GiB of memory: tune a smaller shape")
 
 
 # Distributions of non-constant float inputs, tried in order until the reference output is finite:

@@ -36,6 +36,10 @@ class Workload:
             raise UserInputError(
                 f"{self.name} takes a shape {want}{extra}, got {len(shape)} numbers; e.g. --shape {self.example}"
             )
+        too_big = [d for d in shape if not isinstance(d, int) or not 0 < d <= MAX_EXTENT]
+        if too_big:
+            raise UserInputError(f"{self.name}: size {too_big[0]} is not a positive integer up to {MAX_EXTENT} (TVM's "
+                                 f"32-bit loop extents); e.g. --shape {self.example}")
         return self.defaults(*shape)
 
     @property
@@ -45,6 +49,9 @@ class Workload:
     def prim_func(self, shape: tuple[int, ...]) -> IRModule:
         tensors = self.build(*self.normalise(shape))
         return IRModule({"main": te.create_prim_func(tensors)})
+
+
+MAX_EXTENT = 2**31 - 1  # TVM's loop extents and shapes are 32-bit integers
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
