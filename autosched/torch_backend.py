@@ -50,6 +50,7 @@ from autosched.config import TuneConfig, parse_duration
 from autosched.db.base import display_name
 from autosched.errors import AutoschedError, UserInputError
 from autosched.masking import mask_secrets
+from autosched.torch_mutations import VIEWS as _VIEWS
 from autosched.torch_mutations import functionalize
 
 log = logging.getLogger("autosched.torch")
@@ -587,31 +588,6 @@ def _op_name(node: Any) -> str:
     return getattr(node.target, "__name__", "") if node.op == "call_function" else ""
 
 
-_VIEWS = {
-    "view",
-    "reshape",
-    "transpose",
-    "permute",
-    "getitem",
-    "select",
-    "narrow",
-    "unsqueeze",
-    "squeeze",
-    "expand",
-    "t",
-    "flatten",
-    "unflatten",
-    "view_as",
-    "as_strided",
-    "detach",
-    "chunk",
-    "split",
-    "unbind",
-    "movedim",
-    "swapaxes",
-    "diagonal",
-    "__getitem__",
-}
 _WRITES = {
     "setitem",
     "iadd",

@@ -12,6 +12,31 @@ from __future__ import annotations
 
 from typing import Any
 
+VIEWS = {  # ops whose output is a view of their first argument
+    "view",
+    "reshape",
+    "transpose",
+    "permute",
+    "getitem",
+    "select",
+    "narrow",
+    "unsqueeze",
+    "squeeze",
+    "expand",
+    "t",
+    "flatten",
+    "unflatten",
+    "view_as",
+    "as_strided",
+    "detach",
+    "chunk",
+    "split",
+    "unbind",
+    "movedim",
+    "swapaxes",
+    "diagonal",
+    "__getitem__",
+}
 
 def index_copy(x: Any, dim: int, index: Any, source: Any) -> Any:
     """``x.index_copy(dim, index, source)`` from ``arange``, ``==``, ``argmax``, ``index_select`` and ``where``:
@@ -88,7 +113,6 @@ def _root(node: Any, latest: dict[Any, Any]) -> Any:
 
 def _is_view(node: Any) -> bool:
     """Whether ``node`` may be a view of another tensor (a write to it would reach that one)."""
-    from autosched.torch_backend import _VIEWS
 
     name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
-    return node.op in ("call_method", "call_function") and name in _VIEWS
+    return node.op in ("call_method", "call_function") and name in VIEWS

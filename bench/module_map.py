@@ -38,6 +38,7 @@ LAYERS: list[set[str]] = [
     {"corpus"},
     {"report", "report_html", "doctor"},
     {"api"},
+    {"torch_mutations"},
     {"programs", "torch_backend"},
     {"family_example"},
     {"cli"},
